@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what pdcoll needs on a fresh Debian 12 machine. Idempotent: when
+# everything is present it only checks and returns.
+#   scripts/install-deps.sh            core: compilers, cmake, libfabric, liburing, doctest, CLI11
+#   scripts/install-deps.sh --bench    plus the baselines (Open MPI, Gloo), Google Benchmark, plotting
+#   scripts/install-deps.sh --conan    plus Conan 2 from PyPI
+set -euo pipefail
+
+core=(g++ clang cmake make pkg-config python3 python3-pip libfabric-dev libfabric-bin liburing-dev
+      doctest-dev libcli11-dev libbenchmark-dev iproute2 libclang-rt-14-dev)
+bench=(libopenmpi-dev openmpi-bin libgloo-dev gnuplot-nox)
+want=("${core[@]}")
+want_conan=0
+for arg in "$@"; do
+  case "$arg" in
+    --bench) want+=("${bench[@]}") ;;
+    --conan) want_conan=1 ;;
+    *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for pkg in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq || true
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ((want_conan)); then
+  if ! command -v conan >/dev/null 2>&1; then
+    python3 -m pip install -q "conan>=2,<3"
+  fi
+fi
+echo "install-deps: ok"

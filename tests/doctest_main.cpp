@@ -1,0 +1,3 @@
+// The doctest runner shared by every unit-test binary.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
