@@ -29,11 +29,18 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace pdcoll::transport {
+
+/// All-gather of one byte string per rank (endpoint addresses), provided by
+/// the bootstrap store: returns every rank's string, indexed by rank, or
+/// throws std::system_error when the exchange fails or times out.
+using address_exchange = std::function<std::vector<std::string>(std::string_view mine)>;
 
 /// Where a buffer's bytes live, as far as a transport is concerned.
 enum class memory_kind : std::uint8_t {
