@@ -1,0 +1,907 @@
+// File: transport/libfabric/endpoint.hpp — pdcoll::transport::endpoint over a
+// libfabric reliable-datagram (FI_EP_RDM) endpoint with tagged messages.
+//
+// One fabric_endpoint owns the whole libfabric object chain of one rank:
+// fabric → domain → address vector (FI_AV_TABLE, so fi_addr_t == rank) and
+// completion queue (FI_CQ_FORMAT_TAGGED) → endpoint. Operations are posted
+// with the caller's completion_context as the libfabric context: its
+// provider_space is the fi_context2 that FI_CONTEXT2 mode asks for
+// (fi_getinfo(3) "mode"), so a CQ entry leads straight back to the operation.
+//
+// Messages longer than the provider's max_msg_size (or options.max_message_size)
+// are split. Protocol, chosen so split messages never steal each other's
+// receives: with C the chunk size, a message of L >= C bytes goes out as a
+// first chunk of C bytes on the caller's tag carrying a per-(sender, receiver)
+// sequence number s as remote CQ data (fi_tsenddata), then continuation chunks
+// on tag `reserved_tag_bits | s`, C bytes each, ending with one chunk shorter
+// than C (possibly 0 bytes). A message of L < C is one plain message. A
+// receive whose buffer is >= C bytes first receives C bytes; a first chunk
+// with CQ data starts the continuation. Callers' tags and ignore masks never
+// contain reserved_tag_bits, so continuation chunks match only their own
+// receive. All ranks must use the same provider and max_message_size.
+//
+// Performance: a send or receive shorter than the chunk size is one fi_tsend /
+// fi_trecv and no allocation. Split messages allocate one small record and
+// move one chunk at a time. -FI_EAGAIN on post drives the CQ (stashing the
+// entries for the next progress()) and retries until options.post_timeout.
+//
+// libfabric's own MR cache: pdcoll caches registrations itself
+// (registration/), so two caches would hold pins the other cannot see.
+// libfabric reads FI_MR_CACHE_MAX_COUNT once, in ofi_monitors_init() during
+// its first fi_getinfo()/fi_fabric() call of the process; make_endpoint sets
+// it to 0 (unless the user set it) before its first fi_getinfo. A program that
+// called libfabric earlier has already fixed the value.
+#pragma once
+
+#include <poll.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "pdcoll/error.hpp"
+#include "pdcoll/transport/endpoint.hpp"
+#include "pdcoll/transport/libfabric/errors.hpp"
+
+namespace pdcoll::transport::libfabric {
+
+/// Tag bits this transport keeps for the continuation chunks of split
+/// messages. post_send / post_recv reject tags with these bits set
+/// (errc::invalid_argument) and never ignore them in a receive's mask.
+inline constexpr std::uint64_t reserved_tag_bits = std::uint64_t{1} << 63;
+
+/// How make_endpoint sets up the fabric. Defaults fit production use.
+struct options {
+  /// Provider name for fi_getinfo ("shm", "tcp", "tcp;ofi_rxm", ...). Empty:
+  /// PDCOLL_PROVIDER, then FI_PROVIDER, else "shm" when all ranks share one
+  /// host and "tcp;ofi_rxm" otherwise. "tcp" alone means "tcp;ofi_rxm" when
+  /// the tcp provider has no RDM endpoint of its own (libfabric 1.17).
+  std::string provider;
+  /// Overrides the hostname comparison behind the shm / tcp choice.
+  std::optional<bool> all_local;
+  /// Ask for FI_HMEM (device memory registration) when the provider has it.
+  bool request_hmem = true;
+  /// Largest message sent as one libfabric message; 0 = the provider's
+  /// max_msg_size. Smaller values force the split path (tests). Same on all ranks.
+  std::size_t max_message_size = 0;
+  /// Use a FI_WAIT_FD completion queue for wait() when the provider has one.
+  bool use_wait_fd = true;
+  /// Bound on retrying a post that returns -FI_EAGAIN; then errc::timeout.
+  std::chrono::milliseconds post_timeout{10000};
+  /// How long the destructor drains cancelled operations before closing.
+  std::chrono::milliseconds close_timeout{2000};
+};
+
+namespace detail {
+
+/// Which provider to open and why (the "why" is shown at PDCOLL_DEBUG=INFO).
+struct provider_choice {
+  std::string name;
+  std::string reason;
+};
+
+/// The selection rule of options::provider, as a pure function so it is
+/// tested without a fabric. `hostnames` holds every rank's hostname.
+inline provider_choice choose_provider(const options& opts, const char* pdcoll_env,
+                                       const char* fi_env,
+                                       const std::vector<std::string>& hostnames) {
+  if (!opts.provider.empty()) return {opts.provider, "requested in options"};
+  if (pdcoll_env && *pdcoll_env) return {pdcoll_env, "from PDCOLL_PROVIDER"};
+  if (fi_env && *fi_env) return {fi_env, "from FI_PROVIDER"};
+  bool local = true;
+  for (const auto& h : hostnames) local = local && h == hostnames.front();
+  const std::string ranks = std::to_string(hostnames.size()) + " ranks";
+  if (opts.all_local) {
+    return *opts.all_local ? provider_choice{"shm", "options.all_local is true"}
+                           : provider_choice{"tcp;ofi_rxm", "options.all_local is false"};
+  }
+  if (local) {
+    return {"shm", "all " + ranks + " on host " + (hostnames.empty() ? "?" : hostnames.front())};
+  }
+  return {"tcp;ofi_rxm", ranks + " span more than one host"};
+}
+
+// transport_state[0] of a completion_context while this transport owns it:
+// low bits are flags, the high 32 bits the peer it was posted to (+1, so
+// any_peer is 0).
+inline constexpr std::uint64_t state_outstanding = 1u << 0;
+inline constexpr std::uint64_t state_receive = 1u << 1;
+inline constexpr std::uint64_t state_cancel_requested = 1u << 2;
+inline constexpr std::uint64_t state_split = 1u << 3;  // transport_state[1] holds a split_transfer*
+
+/// Progress of one message that is moved in chunks (see the file comment).
+struct split_transfer {
+  std::byte* base = nullptr;
+  std::size_t length = 0;    // buffer length (receive) or message length (send)
+  std::size_t done = 0;      // bytes moved by completed chunks
+  std::size_t posted = 0;    // size of the chunk in flight
+  std::uint64_t tag = 0;     // the caller's tag (send) / the sender's full tag (receive)
+  std::uint64_t sequence = 0;
+  void* descriptor = nullptr;
+  int peer = -1;             // resolved peer (receive: known after the first chunk)
+  bool continuing = false;   // past the first chunk
+};
+
+/// A completion read from the CQ but not yet delivered (read while retrying
+/// a post, or by wait()): delivery happens only inside progress().
+struct cq_event {
+  void* context = nullptr;
+  std::uint64_t flags = 0;
+  std::size_t length = 0;
+  std::uint64_t data = 0;
+  std::uint64_t tag = 0;
+  fi_addr_t source = FI_ADDR_NOTAVAIL;
+  std::error_code error;
+};
+
+/// fi_close with the fid's type erased; null-safe. Returns fi_close's value.
+inline int close_fid(fid* f) noexcept { return f ? ::fi_close(f) : 0; }
+
+}  // namespace detail
+
+/// A libfabric RDM endpoint implementing pdcoll::transport::endpoint (see the
+/// contract in transport/endpoint.hpp). Built by make_endpoint(). Not
+/// thread-safe (FI_THREAD_DOMAIN): the communicator serialises calls.
+class fabric_endpoint final : public endpoint {
+ public:
+  /// Opens the fabric for `rank` of `world_size`, exchanging endpoint
+  /// addresses through `exchange` (called exactly twice on every rank: host
+  /// names, then addresses). Throws std::system_error naming the failing
+  /// fi_* call and its fi_strerror text.
+  fabric_endpoint(int rank, int world_size, const address_exchange& exchange,
+                  const options& opts)
+      : rank_(rank), world_size_(world_size), opts_(opts) {
+    if (world_size <= 0 || rank < 0 || rank >= world_size) {
+      throw std::system_error(make_error_code(errc::invalid_argument),
+                              "libfabric endpoint: rank " + std::to_string(rank) +
+                                  " outside world of " + std::to_string(world_size));
+    }
+    // Before the process's first fi_getinfo: see the file comment.
+    ::setenv("FI_MR_CACHE_MAX_COUNT", "0", /*overwrite=*/0);
+    choose(exchange);
+    try {
+      open_objects();
+      connect_peers(exchange);
+    } catch (...) {
+      close_objects();
+      throw;
+    }
+  }
+
+  fabric_endpoint(const fabric_endpoint&) = delete;
+  fabric_endpoint& operator=(const fabric_endpoint&) = delete;
+
+  /// Cancels what is outstanding, delivers its completions (drained for up to
+  /// options.close_timeout, then operation_canceled for whatever the provider
+  /// still holds), closes leftover registrations and every fabric object in
+  /// reverse order of creation. Completion callbacks that post get errc::aborted.
+  ~fabric_endpoint() override {
+    closing_ = true;
+    for (auto* ctx = outstanding_head_; ctx; ctx = next_of(ctx)) request_cancel(ctx);
+    const auto deadline = std::chrono::steady_clock::now() + opts_.close_timeout;
+    while (outstanding_head_ && std::chrono::steady_clock::now() < deadline) {
+      if (progress() == 0) wait(std::min(deadline, std::chrono::steady_clock::now() +
+                                                       std::chrono::milliseconds(1)));
+    }
+    for (auto* mr : live_registrations_) detail::close_fid(&mr->fid);
+    live_registrations_.clear();
+    // Once the endpoint is closed the provider holds no context any more, so
+    // the remaining operations can be ended here without a late CQ entry.
+    detail::close_fid(ep_ ? &ep_->fid : nullptr);
+    ep_ = nullptr;
+    while (auto* ctx = outstanding_head_) {
+      finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, -1});
+    }
+    close_objects();
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int world_size() const noexcept override { return world_size_; }
+  /// "libfabric:<provider>" (e.g. "libfabric:tcp;ofi_rxm").
+  std::string name() const override { return "libfabric:" + provider_; }
+  /// Why this provider was chosen, e.g. "shm: all 4 ranks on host n1".
+  const std::string& selection_reason() const noexcept { return reason_; }
+  /// The provider as libfabric names it ("shm", "tcp;ofi_rxm").
+  const std::string& provider() const noexcept { return provider_; }
+  /// The largest message sent without splitting.
+  std::size_t chunk_bytes() const noexcept { return chunk_; }
+  /// Whether wait() sleeps on the CQ's file descriptor (else it backs off).
+  bool has_wait_fd() const noexcept { return wait_fd_ >= 0; }
+  /// The fi_info in use (for diagnostics; owned by the endpoint).
+  const fi_info* info() const noexcept { return info_; }
+  /// The libfabric error behind the last errc::registration_failed.
+  std::error_code last_registration_error() const noexcept { return last_registration_error_; }
+  /// Number of posted operations whose completion has not been delivered.
+  std::size_t outstanding() const noexcept { return outstanding_count_; }
+
+  /// Posts fi_tsend (or the first chunk of a split message). Errors, with
+  /// nothing posted: root_out_of_range, invalid_argument (no context or
+  /// callback, reserved tag bits), null_buffer, aborted (endpoint closing),
+  /// timeout (-FI_EAGAIN past options.post_timeout), or a libfabric error.
+  std::error_code post_send(int peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                            void* descriptor, completion_context* ctx) noexcept override {
+    if (auto ec = check_post(peer, buffer, length, tag, ctx, /*receive=*/false)) return ec;
+    auto* bytes = static_cast<const std::byte*>(buffer);
+    ctx->transport_state[0] = peer_bits(peer);
+    ctx->transport_state[1] = 0;
+    if (length >= chunk_) {
+      if (cq_data_bits_ == 0) return make_error_code(errc::invalid_argument);
+      auto* split = new (std::nothrow) detail::split_transfer{};
+      if (!split) return std::make_error_code(std::errc::not_enough_memory);
+      split->base = const_cast<std::byte*>(bytes);
+      split->length = length;
+      split->posted = chunk_;
+      split->tag = tag;
+      split->sequence = next_sequence(peer);
+      split->descriptor = descriptor;
+      split->peer = peer;
+      auto ec = retry_post([&] {
+        return ::fi_tsenddata(ep_, bytes, chunk_, descriptor, split->sequence,
+                              static_cast<fi_addr_t>(peer), tag, ctx);
+      });
+      if (ec) {
+        delete split;
+        return ec;
+      }
+      ctx->transport_state[0] |= detail::state_split;
+      ctx->transport_state[1] = reinterpret_cast<std::uintptr_t>(split);
+    } else {
+      auto ec = retry_post([&] {
+        return ::fi_tsend(ep_, bytes, length, descriptor, static_cast<fi_addr_t>(peer), tag, ctx);
+      });
+      if (ec) return ec;
+      // fi_cq(3): `len` is only defined for receives, so a send remembers its own.
+      ctx->transport_state[1] = length;
+    }
+    link(ctx);
+    return {};
+  }
+
+  /// Posts fi_trecv (directed unless peer == any_peer); a buffer of at least
+  /// chunk_bytes() takes the split path. Errors as post_send.
+  std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag,
+                            std::uint64_t ignore, void* descriptor,
+                            completion_context* ctx) noexcept override {
+    if (auto ec = check_post(peer, buffer, length, tag, ctx, /*receive=*/true)) return ec;
+    ignore &= ~reserved_tag_bits;
+    const fi_addr_t source = peer == any_peer ? FI_ADDR_UNSPEC : static_cast<fi_addr_t>(peer);
+    ctx->transport_state[0] = peer_bits(peer) | detail::state_receive;
+    ctx->transport_state[1] = 0;
+    detail::split_transfer* split = nullptr;
+    std::size_t first = length;
+    if (length >= chunk_ && cq_data_bits_ != 0) {
+      split = new (std::nothrow) detail::split_transfer{};
+      if (!split) return std::make_error_code(std::errc::not_enough_memory);
+      split->base = static_cast<std::byte*>(buffer);
+      split->length = length;
+      split->posted = first = chunk_;
+      split->descriptor = descriptor;
+      split->peer = peer;
+    }
+    auto ec = retry_post(
+        [&] { return ::fi_trecv(ep_, buffer, first, descriptor, source, tag, ignore, ctx); });
+    if (ec) {
+      delete split;
+      return ec;
+    }
+    if (split) {
+      ctx->transport_state[0] |= detail::state_split;
+      ctx->transport_state[1] = reinterpret_cast<std::uintptr_t>(split);
+    }
+    link(ctx);
+    return {};
+  }
+
+  /// fi_cancel(3) on the operation's chunk in flight. A cancelled operation
+  /// completes with std::errc::operation_canceled; one that completes first
+  /// (or a send the provider cannot cancel) completes normally. A context
+  /// that is not outstanding is ignored.
+  void cancel(completion_context* ctx) noexcept override {
+    if (ctx && (ctx->transport_state[0] & detail::state_outstanding)) request_cancel(ctx);
+  }
+
+  /// Delivers stashed completions, then reads the CQ (at most 64 entries per
+  /// call, so one busy peer cannot starve the caller). Returns the number of
+  /// operations completed; chunks of split messages do not count.
+  std::size_t progress() noexcept override {
+    std::size_t ran = 0;
+    if (!stash_.empty()) {
+      std::vector<detail::cq_event> events;
+      events.swap(stash_);
+      for (auto& e : events) ran += dispatch(e);
+    }
+    for (int round = 0; round < 4; ++round) {
+      detail::cq_event batch[16];
+      const std::size_t n = read_cq(batch, 16);
+      for (std::size_t i = 0; i < n; ++i) ran += dispatch(batch[i]);
+      if (n < 16) break;
+    }
+    if (ran) idle_rounds_ = 0;
+    return ran;
+  }
+
+  /// Sleeps until a completion may be ready or `deadline`: on the CQ's fd
+  /// after fi_trywait(3) says it is safe to block, otherwise with a backoff
+  /// that yields a few times and then sleeps in doubling steps of up to
+  /// 200 us, so ranks that outnumber cores do not burn them.
+  void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
+    using namespace std::chrono;
+    if (!stash_.empty() || !ep_) return;
+    if (wait_fd_ >= 0) {
+      fid* cq_fid = &cq_->fid;
+      const int rc = ::fi_trywait(fabric_, &cq_fid, 1);
+      if (rc == -FI_EAGAIN) return;  // fi_trywait(3): completions are ready, do not block
+      if (rc == FI_SUCCESS) {
+        const auto left = deadline - steady_clock::now();
+        if (left <= nanoseconds::zero()) return;
+        const auto ns = duration_cast<nanoseconds>(left).count();
+        timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+        pollfd pfd{wait_fd_, POLLIN, 0};
+        ::ppoll(&pfd, 1, &ts, nullptr);
+        return;
+      }
+      // Any other fi_trywait failure: fall back to polling below.
+    }
+    while (steady_clock::now() < deadline) {
+      if (stash_cq() > 0) {
+        idle_rounds_ = 0;
+        return;
+      }
+      ++idle_rounds_;
+      if (idle_rounds_ <= 16) {
+        ::sched_yield();
+      } else {
+        const auto step = microseconds(std::min<long>(200, 1L << std::min(idle_rounds_ - 16, 8)));
+        const auto left = duration_cast<microseconds>(deadline - steady_clock::now());
+        if (left <= microseconds::zero()) return;
+        std::this_thread::sleep_for(std::min(step, left));
+      }
+    }
+  }
+
+  /// host → host; emulated_device → dmabuf (FI_MR_DMABUF compiled in and
+  /// FI_HMEM granted) else hmem_iface (the mapped range, FI_HMEM_SYSTEM);
+  /// gaudi → dmabuf / hmem_iface (FI_HMEM_SYNAPSEAI, when FI_HMEM is granted)
+  /// / host_staged.
+  data_path path_for(memory_kind kind) const noexcept override {
+    switch (kind) {
+      case memory_kind::host: return data_path::host;
+      case memory_kind::emulated_device:
+        return dmabuf_usable() ? data_path::dmabuf : data_path::hmem_iface;
+      case memory_kind::gaudi:
+        if (dmabuf_usable()) return data_path::dmabuf;
+        return has_hmem_ ? data_path::hmem_iface : data_path::host_staged;
+    }
+    return data_path::unreachable;
+  }
+
+  /// True when transfers need a descriptor: FI_MR_LOCAL for host memory,
+  /// FI_MR_LOCAL or FI_MR_HMEM for device memory moved in place.
+  bool needs_registration(memory_kind kind) const noexcept override {
+    const auto mode = info_->domain_attr->mr_mode;
+    if (kind == memory_kind::host) return (mode & FI_MR_LOCAL) != 0;
+    const auto path = path_for(kind);
+    if (path == data_path::host_staged || path == data_path::unreachable) return false;
+    return path == data_path::dmabuf || (mode & (FI_MR_LOCAL | FI_MR_HMEM)) != 0;
+  }
+
+  /// fi_mr_regattr(3) of `region` along path_for(region.kind), honouring the
+  /// domain's mr_mode (FI_MR_PROV_KEY: the provider picks the key, else a
+  /// per-endpoint counter; FI_MR_ENDPOINT: fi_mr_bind + fi_mr_enable). Cost:
+  /// a kernel pin for most providers. Errors: invalid_argument (null or
+  /// empty range, DMA-BUF path without an fd), unreachable_domain (the kind
+  /// is staged or unreachable), registration_failed (see last_registration_error()).
+  std::error_code register_region(const memory_region& region,
+                                  registration_handle& out) noexcept override {
+    if (!ep_) return make_error_code(errc::aborted);
+    if (!region.address || region.length == 0) return make_error_code(errc::invalid_argument);
+    const data_path path = path_for(region.kind);
+    if (path == data_path::host_staged || path == data_path::unreachable) {
+      return make_error_code(errc::unreachable_domain);
+    }
+    iovec iov{region.address, region.length};
+    fi_mr_attr attr{};
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    attr.access = access_;
+    attr.requested_key = (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) ? 0 : next_key_++;
+    attr.iface = FI_HMEM_SYSTEM;
+    std::uint64_t flags = 0;
+    if (path == data_path::hmem_iface) {
+      attr.iface = static_cast<fi_hmem_iface>(region.hmem_iface);
+      if (region.kind == memory_kind::gaudi && region.hmem_iface == FI_HMEM_SYSTEM) {
+        attr.iface = FI_HMEM_SYNAPSEAI;
+      }
+      attr.device.reserved = region.device_id;
+      if (attr.iface != FI_HMEM_SYSTEM && !has_hmem_) return make_error_code(errc::unreachable_domain);
+    }
+#if defined(FI_MR_DMABUF)
+    fi_mr_dmabuf dmabuf{};
+    if (path == data_path::dmabuf) {
+      if (region.dmabuf_fd < 0) return make_error_code(errc::invalid_argument);
+      dmabuf.fd = region.dmabuf_fd;
+      dmabuf.offset = region.dmabuf_offset;
+      dmabuf.len = region.length;
+      dmabuf.base_addr = region.address;
+      attr.dmabuf = &dmabuf;
+      attr.iface = static_cast<fi_hmem_iface>(region.hmem_iface);
+      attr.device.reserved = region.device_id;
+      flags |= FI_MR_DMABUF;
+    }
+#endif
+    fid_mr* mr = nullptr;
+    int rc = ::fi_mr_regattr(domain_, &attr, flags, &mr);
+    if (rc == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT)) {
+      rc = ::fi_mr_bind(mr, &ep_->fid, 0);
+      if (rc == 0) rc = ::fi_mr_enable(mr);
+    }
+    if (rc != 0) {
+      detail::close_fid(mr ? &mr->fid : nullptr);
+      last_registration_error_ = make_fabric_error(rc);
+      return make_error_code(errc::registration_failed);
+    }
+    try {
+      live_registrations_.insert(mr);
+    } catch (...) {
+      detail::close_fid(&mr->fid);
+      return std::make_error_code(std::errc::not_enough_memory);
+    }
+    out.descriptor = ::fi_mr_desc(mr);
+    out.key = ::fi_mr_key(mr);
+    out.provider = mr;
+    return {};
+  }
+
+  /// fi_close(3) of the registration; the handle is cleared. Unknown or
+  /// already released handles are ignored.
+  void deregister(registration_handle& handle) noexcept override {
+    auto* mr = static_cast<fid_mr*>(handle.provider);
+    if (mr && live_registrations_.erase(mr) == 1) detail::close_fid(&mr->fid);
+    handle = registration_handle{};
+  }
+
+ private:
+  // ---- setup ---------------------------------------------------------------
+
+  void choose(const address_exchange& exchange) {
+    // Every rank takes part in the host-name round, whatever it was asked
+    // for, so the number of exchange() calls never differs between ranks.
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    const char* pdcoll_env = std::getenv("PDCOLL_PROVIDER");
+    const char* fi_env = std::getenv("FI_PROVIDER");
+    std::vector<std::string> hosts = exchange(host);
+    if (hosts.size() != static_cast<std::size_t>(world_size_)) {
+      throw std::system_error(make_error_code(errc::bootstrap),
+                              "libfabric endpoint: host-name exchange returned " +
+                                  std::to_string(hosts.size()) + " entries for " +
+                                  std::to_string(world_size_) + " ranks");
+    }
+    auto choice = detail::choose_provider(opts_, pdcoll_env, fi_env, hosts);
+    provider_ = choice.name;
+    reason_ = choice.name + ": " + choice.reason;
+  }
+
+  fi_info* query(const std::string& provider, std::uint64_t optional_caps, int* rc_out) {
+    fi_info* hints = ::fi_allocinfo();
+    if (!hints) throw std::bad_alloc();
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | FI_DIRECTED_RECV | optional_caps;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+                                  FI_MR_PROV_KEY | FI_MR_HMEM | FI_MR_ENDPOINT;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    hints->domain_attr->av_type = FI_AV_TABLE;
+    // The contract's "matched in the order they were sent" is send-after-send order.
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    hints->rx_attr->msg_order = FI_ORDER_SAS;
+    hints->fabric_attr->prov_name = ::strdup(provider.c_str());
+    fi_info* found = nullptr;
+    *rc_out = ::fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &found);
+    ::fi_freeinfo(hints);
+    return *rc_out == 0 ? found : nullptr;
+  }
+
+  void open_objects() {
+    const std::uint64_t rma = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    std::vector<std::uint64_t> wishes = {FI_SOURCE | rma | FI_HMEM, FI_SOURCE | rma,
+                                         FI_SOURCE | FI_HMEM, FI_SOURCE, rma, 0};
+    if (!opts_.request_hmem) {
+      wishes.erase(std::remove_if(wishes.begin(), wishes.end(),
+                                  [](std::uint64_t w) { return (w & FI_HMEM) != 0; }),
+                   wishes.end());
+    }
+    std::vector<std::string> names = {provider_};
+    if (provider_.find(';') == std::string::npos) names.push_back(provider_ + ";ofi_rxm");
+    int rc = -FI_ENODATA;
+    for (const auto& name : names) {
+      for (auto wish : wishes) {
+        info_ = query(name, wish, &rc);
+        if (info_) break;
+        if (rc != -FI_ENODATA) detail::throw_fabric_error("fi_getinfo", rc);
+      }
+      if (info_) break;
+    }
+    if (!info_) {
+      throw std::system_error(
+          make_fabric_error(rc),
+          detail::describe_call("fi_getinfo", rc) + " for provider \"" + provider_ +
+              "\" with FI_EP_RDM, FI_TAGGED, FI_DIRECTED_RECV (" + reason_ + ")");
+    }
+    provider_ = info_->fabric_attr->prov_name;
+    has_hmem_ = (info_->caps & FI_HMEM) != 0;
+    has_source_ = (info_->caps & FI_SOURCE) != 0;
+    access_ = FI_SEND | FI_RECV;
+    if (info_->caps & FI_RMA) access_ |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    const std::size_t max_msg = info_->ep_attr->max_msg_size;
+    chunk_ = opts_.max_message_size ? std::min(opts_.max_message_size, max_msg) : max_msg;
+    // A chunk size of SIZE_MAX means nothing is ever split.
+    const std::size_t data_bytes = std::min<std::size_t>(info_->domain_attr->cq_data_size, 8);
+    cq_data_bits_ = static_cast<unsigned>(data_bytes * 8);
+
+    if (int r = ::fi_fabric(info_->fabric_attr, &fabric_, nullptr)) detail::throw_fabric_error("fi_fabric", r);
+    if (int r = ::fi_domain(fabric_, info_, &domain_, nullptr)) detail::throw_fabric_error("fi_domain", r);
+
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    av_attr.count = static_cast<std::size_t>(world_size_);
+    if (int r = ::fi_av_open(domain_, &av_attr, &av_, nullptr)) detail::throw_fabric_error("fi_av_open", r);
+
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.size = info_->tx_attr->size + info_->rx_attr->size;
+    cq_attr.wait_obj = opts_.use_wait_fd ? FI_WAIT_FD : FI_WAIT_NONE;
+    int r = ::fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
+    if (r != 0 && cq_attr.wait_obj != FI_WAIT_NONE) {
+      cq_attr.wait_obj = FI_WAIT_NONE;  // the provider has no fd to sleep on: back off instead
+      r = ::fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
+    }
+    if (r != 0) detail::throw_fabric_error("fi_cq_open", r);
+    if (cq_attr.wait_obj == FI_WAIT_FD) {
+      int fd = -1;
+      if (::fi_control(&cq_->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) wait_fd_ = fd;
+    }
+
+    if (int e = ::fi_endpoint(domain_, info_, &ep_, nullptr)) detail::throw_fabric_error("fi_endpoint", e);
+    if (int e = ::fi_ep_bind(ep_, &av_->fid, 0)) detail::throw_fabric_error("fi_ep_bind(av)", e);
+    if (int e = ::fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) {
+      detail::throw_fabric_error("fi_ep_bind(cq)", e);
+    }
+    if (int e = ::fi_enable(ep_)) detail::throw_fabric_error("fi_enable", e);
+  }
+
+  void connect_peers(const address_exchange& exchange) {
+    std::size_t len = 0;
+    int r = ::fi_getname(&ep_->fid, nullptr, &len);
+    if (r != -FI_ETOOSMALL && r != 0) detail::throw_fabric_error("fi_getname", r);
+    std::string mine(len, '\0');
+    if ((r = ::fi_getname(&ep_->fid, mine.data(), &len)) != 0) detail::throw_fabric_error("fi_getname", r);
+    mine.resize(len);
+    const std::vector<std::string> all = exchange(mine);
+    if (all.size() != static_cast<std::size_t>(world_size_)) {
+      throw std::system_error(make_error_code(errc::bootstrap),
+                              "libfabric endpoint: address exchange returned " +
+                                  std::to_string(all.size()) + " entries for " +
+                                  std::to_string(world_size_) + " ranks");
+    }
+    // One insert per rank, in rank order: with FI_AV_TABLE the fi_addr_t of
+    // rank i is then i (fi_av(3)), so no translation table is needed.
+    for (int i = 0; i < world_size_; ++i) {
+      fi_addr_t addr = FI_ADDR_NOTAVAIL;
+      const int n = ::fi_av_insert(av_, all[static_cast<std::size_t>(i)].data(), 1, &addr, 0, nullptr);
+      if (n != 1) detail::throw_fabric_error("fi_av_insert", n < 0 ? n : -FI_EINVAL);
+      if (addr != static_cast<fi_addr_t>(i)) {
+        throw std::system_error(make_error_code(errc::bootstrap),
+                                "libfabric endpoint: fi_av_insert gave rank " + std::to_string(i) +
+                                    " fi_addr " + std::to_string(addr));
+      }
+    }
+  }
+
+  void close_objects() noexcept {
+    detail::close_fid(ep_ ? &ep_->fid : nullptr);
+    detail::close_fid(av_ ? &av_->fid : nullptr);
+    detail::close_fid(cq_ ? &cq_->fid : nullptr);
+    detail::close_fid(domain_ ? &domain_->fid : nullptr);
+    detail::close_fid(fabric_ ? &fabric_->fid : nullptr);
+    if (info_) ::fi_freeinfo(info_);
+    ep_ = nullptr;
+    av_ = nullptr;
+    cq_ = nullptr;
+    domain_ = nullptr;
+    fabric_ = nullptr;
+    info_ = nullptr;
+    wait_fd_ = -1;
+  }
+
+  // ---- posting ---------------------------------------------------------------
+
+  std::error_code check_post(int peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                             completion_context* ctx, bool receive) const noexcept {
+    if (closing_ || !ep_) return make_error_code(errc::aborted);
+    if (!ctx || !ctx->on_complete) return make_error_code(errc::invalid_argument);
+    if (ctx->transport_state[0] & detail::state_outstanding) return make_error_code(errc::invalid_argument);
+    if (peer >= world_size_ || peer < (receive ? any_peer : 0)) {
+      return make_error_code(errc::root_out_of_range);
+    }
+    if (tag & reserved_tag_bits) return make_error_code(errc::invalid_argument);
+    if (!buffer && length) return make_error_code(errc::null_buffer);
+    return {};
+  }
+
+  static std::uint64_t peer_bits(int peer) noexcept {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(peer + 1)) << 32;
+  }
+  static int posted_peer(const completion_context* ctx) noexcept {
+    return static_cast<int>(ctx->transport_state[0] >> 32) - 1;
+  }
+  static detail::split_transfer* split_of(const completion_context* ctx) noexcept {
+    if (!(ctx->transport_state[0] & detail::state_split)) return nullptr;
+    return reinterpret_cast<detail::split_transfer*>(static_cast<std::uintptr_t>(ctx->transport_state[1]));
+  }
+
+  std::uint64_t next_sequence(int peer) {
+    if (sequences_.empty()) sequences_.assign(static_cast<std::size_t>(world_size_), 0);
+    const std::uint64_t mask = cq_data_bits_ >= 63 ? ~reserved_tag_bits
+                                                   : ((std::uint64_t{1} << cq_data_bits_) - 1);
+    return sequences_[static_cast<std::size_t>(peer)]++ & mask;
+  }
+
+  /// Posts through `post`, retrying -FI_EAGAIN while driving the CQ (entries
+  /// are stashed for progress(), which alone may call completions).
+  template <class Post>
+  std::error_code retry_post(Post&& post) noexcept {
+    std::chrono::steady_clock::time_point deadline{};
+    for (;;) {
+      const ssize_t rc = post();
+      if (rc == 0) return {};
+      if (rc != -FI_EAGAIN) return make_fabric_error(rc);
+      const auto now = std::chrono::steady_clock::now();
+      if (deadline == std::chrono::steady_clock::time_point{}) {
+        deadline = now + opts_.post_timeout;
+      } else if (now >= deadline) {
+        return make_error_code(errc::timeout);
+      }
+      if (stash_cq() == 0) ::sched_yield();
+    }
+  }
+
+  // ---- completions -------------------------------------------------------------
+
+  /// Reads up to `capacity` CQ entries (an error entry ends the batch).
+  std::size_t read_cq(detail::cq_event* out, std::size_t capacity) noexcept {
+    if (!cq_) return 0;
+    fi_cq_tagged_entry entries[16];
+    fi_addr_t sources[16];
+    capacity = std::min<std::size_t>(capacity, 16);
+    const ssize_t n = has_source_ ? ::fi_cq_readfrom(cq_, entries, capacity, sources)
+                                  : ::fi_cq_read(cq_, entries, capacity);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) {
+        auto& e = entries[i];
+        out[i] = detail::cq_event{e.op_context, e.flags, e.len, e.data, e.tag,
+                                  has_source_ ? sources[i] : FI_ADDR_NOTAVAIL, {}};
+      }
+      return static_cast<std::size_t>(n);
+    }
+    if (n == -FI_EAVAIL) {
+      // fi_cq(3): -FI_EAVAIL means an error entry is waiting; read it with
+      // fi_cq_readerr. err_data_size 0 lets the provider lend its buffer.
+      fi_cq_err_entry err{};
+      if (::fi_cq_readerr(cq_, &err, 0) != 1) return 0;
+      auto code = make_fabric_error(err.err ? err.err : FI_EOTHER);
+      if (code.category() == fabric_category()) {
+        char text[256] = {};
+        const char* prov = ::fi_cq_strerror(cq_, err.prov_errno, err.err_data, text, sizeof text);
+        fabric_category().record_provider_text(code.value(), prov ? prov : text);
+      }
+      out[0] = detail::cq_event{err.op_context, err.flags, err.len, err.data, err.tag,
+                                FI_ADDR_NOTAVAIL, code};
+      return 1;
+    }
+    // -FI_EAGAIN: empty. Any other failure of the CQ itself has no operation
+    // to report it on; the caller's deadline covers it.
+    return 0;
+  }
+
+  /// Moves ready CQ entries to the stash; returns how many.
+  std::size_t stash_cq() noexcept {
+    detail::cq_event batch[16];
+    const std::size_t n = read_cq(batch, 16);
+    try {
+      stash_.insert(stash_.end(), batch, batch + n);
+    } catch (...) {
+      // Out of memory while stashing: deliver instead of losing completions.
+      // (Reached only from post / wait, never re-entered from a callback.)
+      for (std::size_t i = 0; i < n; ++i) dispatch(batch[i]);
+    }
+    return n;
+  }
+
+  int source_of(const detail::cq_event& e, const completion_context* ctx) const noexcept {
+    if (e.source != FI_ADDR_NOTAVAIL && e.source < static_cast<fi_addr_t>(world_size_)) {
+      return static_cast<int>(e.source);
+    }
+    return posted_peer(ctx);
+  }
+
+  /// Handles one CQ entry; returns 1 when an operation completed.
+  std::size_t dispatch(const detail::cq_event& e) noexcept {
+    auto* ctx = static_cast<completion_context*>(e.context);
+    if (!ctx || !(ctx->transport_state[0] & detail::state_outstanding)) return 0;
+    const bool receive = (ctx->transport_state[0] & detail::state_receive) != 0;
+    auto* split = split_of(ctx);
+    if (e.error) {
+      finish(ctx, completion{e.error, receive ? e.length : 0, receive ? e.tag : 0,
+                             receive ? source_of(e, ctx) : posted_peer(ctx)});
+      return 1;
+    }
+    if (!split) {
+      if (receive) {
+        finish(ctx, completion{{}, e.length, e.tag, source_of(e, ctx)});
+      } else {
+        finish(ctx, completion{{}, static_cast<std::size_t>(ctx->transport_state[1]), 0,
+                               posted_peer(ctx)});
+      }
+      return 1;
+    }
+    const std::size_t moved = receive ? e.length : split->posted;
+    split->done += moved;
+    if (receive && !split->continuing) {
+      split->tag = e.tag;
+      split->peer = source_of(e, ctx);
+      if (moved < chunk_ || !(e.flags & FI_REMOTE_CQ_DATA)) {
+        finish(ctx, completion{{}, split->done, split->tag, split->peer});
+        return 1;
+      }
+      split->sequence = e.data;
+      split->continuing = true;
+    } else if (moved < chunk_) {  // the short chunk ends every split message
+      finish(ctx, completion{{}, split->done, split->tag, split->peer});
+      return 1;
+    }
+    split->continuing = true;
+    if (ctx->transport_state[0] & detail::state_cancel_requested) {
+      finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), split->done,
+                             split->tag, split->peer});
+      return 1;
+    }
+    const std::size_t remaining = split->length - split->done;
+    const std::uint64_t tag = reserved_tag_bits | split->sequence;
+    const auto peer = static_cast<fi_addr_t>(split->peer);
+    std::byte* at = split->base + split->done;
+    std::error_code ec;
+    if (receive) {
+      split->posted = std::min(chunk_, remaining);
+      ec = retry_post([&] {
+        return ::fi_trecv(ep_, at, split->posted, split->descriptor, peer, tag, 0, ctx);
+      });
+    } else {
+      split->posted = std::min(chunk_, remaining);
+      ec = retry_post([&] {
+        return ::fi_tsend(ep_, at, split->posted, split->descriptor, peer, tag, ctx);
+      });
+    }
+    if (ec) {
+      finish(ctx, completion{ec, split->done, split->tag, split->peer});
+      return 1;
+    }
+    return 0;
+  }
+
+  void request_cancel(completion_context* ctx) noexcept {
+    ctx->transport_state[0] |= detail::state_cancel_requested;
+    // fi_cancel(3): the operation completes with FI_ECANCELED if it was still
+    // queued; otherwise its normal completion stands.
+    if (ep_) ::fi_cancel(&ep_->fid, ctx);
+  }
+
+  /// Unlinks `ctx`, releases its split record and calls its callback last,
+  /// so the callback may reuse the context at once.
+  void finish(completion_context* ctx, const completion& result) noexcept {
+    delete split_of(ctx);
+    unlink(ctx);
+    ctx->transport_state[0] = 0;
+    ctx->transport_state[1] = 0;
+    ctx->on_complete(ctx, result);
+  }
+
+  // Outstanding operations form an intrusive doubly linked list through
+  // transport_state[2] (previous) and [3] (next): no allocation per post, and
+  // the destructor can still reach every context.
+  static completion_context* prev_of(const completion_context* c) noexcept {
+    return reinterpret_cast<completion_context*>(static_cast<std::uintptr_t>(c->transport_state[2]));
+  }
+  static completion_context* next_of(const completion_context* c) noexcept {
+    return reinterpret_cast<completion_context*>(static_cast<std::uintptr_t>(c->transport_state[3]));
+  }
+  void link(completion_context* ctx) noexcept {
+    ctx->transport_state[0] |= detail::state_outstanding;
+    ctx->transport_state[2] = 0;
+    ctx->transport_state[3] = reinterpret_cast<std::uintptr_t>(outstanding_head_);
+    if (outstanding_head_) outstanding_head_->transport_state[2] = reinterpret_cast<std::uintptr_t>(ctx);
+    outstanding_head_ = ctx;
+    ++outstanding_count_;
+  }
+  void unlink(completion_context* ctx) noexcept {
+    auto* prev = prev_of(ctx);
+    auto* next = next_of(ctx);
+    if (prev) prev->transport_state[3] = reinterpret_cast<std::uintptr_t>(next);
+    else outstanding_head_ = next;
+    if (next) next->transport_state[2] = reinterpret_cast<std::uintptr_t>(prev);
+    ctx->transport_state[2] = ctx->transport_state[3] = 0;
+    --outstanding_count_;
+  }
+
+  bool dmabuf_usable() const noexcept {
+#if defined(FI_MR_DMABUF)
+    return has_hmem_;
+#else
+    return false;
+#endif
+  }
+
+  static_assert(sizeof(fi_context2) <= sizeof(completion_context::provider_space),
+                "completion_context::provider_space must hold a fi_context2");
+
+  int rank_;
+  int world_size_;
+  options opts_;
+  std::string provider_;
+  std::string reason_;
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_ep* ep_ = nullptr;
+  int wait_fd_ = -1;
+  bool has_hmem_ = false;
+  bool has_source_ = false;
+  bool closing_ = false;
+  std::uint64_t access_ = 0;
+  std::size_t chunk_ = SIZE_MAX;
+  unsigned cq_data_bits_ = 0;
+  std::uint64_t next_key_ = 1;
+  int idle_rounds_ = 0;
+  std::error_code last_registration_error_;
+  std::vector<std::uint64_t> sequences_;
+  std::vector<detail::cq_event> stash_;
+  std::unordered_set<fid_mr*> live_registrations_;
+  completion_context* outstanding_head_ = nullptr;
+  std::size_t outstanding_count_ = 0;
+};
+
+/// Opens a libfabric endpoint for `rank` of `world_size` (see fabric_endpoint
+/// and options for the provider choice). Every rank must call it; it calls
+/// `exchange` twice. Throws std::system_error on setup failure, with a
+/// message naming the failing fi_* call and its fi_strerror text.
+///
+///     auto ep = pdcoll::transport::libfabric::make_endpoint(rank, size, exchange);
+///     std::puts(static_cast<fabric_endpoint&>(*ep).selection_reason().c_str());
+inline std::unique_ptr<endpoint> make_endpoint(int rank, int world_size,
+                                               const address_exchange& exchange,
+                                               const options& opts = {}) {
+  return std::make_unique<fabric_endpoint>(rank, world_size, exchange, opts);
+}
+
+}  // namespace pdcoll::transport::libfabric
