@@ -153,6 +153,23 @@ struct cq_event {
   std::error_code error;
 };
 
+/// Fills libfabric >= 1.20's `struct fi_mr_dmabuf` and points `attr` at it
+/// (fi_mr(3), FI_MR_DMABUF). A template so that it compiles without those
+/// types: the endpoint uses it only when FI_MR_DMABUF is defined, and
+/// tests/unit/fabric_dmabuf_compile.cpp instantiates it with local copies of
+/// the 1.20 structures so the path cannot rot on 1.17.
+template <class MrAttr, class MrDmabuf>
+void fill_dmabuf_attr(const memory_region& region, MrDmabuf& dmabuf, MrAttr& attr) noexcept {
+  dmabuf.fd = region.dmabuf_fd;
+  dmabuf.offset = region.dmabuf_offset;
+  dmabuf.len = region.length;
+  dmabuf.base_addr = region.address;
+  attr.dmabuf = &dmabuf;
+  attr.iov_count = 1;
+  attr.iface = static_cast<decltype(attr.iface)>(region.hmem_iface);
+  attr.device.reserved = region.device_id;
+}
+
 /// fi_close with the fid's type erased; null-safe. Returns fi_close's value.
 inline int close_fid(fid* f) noexcept { return f ? ::fi_close(f) : 0; }
 
@@ -438,13 +455,7 @@ class fabric_endpoint final : public endpoint {
     fi_mr_dmabuf dmabuf{};
     if (path == data_path::dmabuf) {
       if (region.dmabuf_fd < 0) return make_error_code(errc::invalid_argument);
-      dmabuf.fd = region.dmabuf_fd;
-      dmabuf.offset = region.dmabuf_offset;
-      dmabuf.len = region.length;
-      dmabuf.base_addr = region.address;
-      attr.dmabuf = &dmabuf;
-      attr.iface = static_cast<fi_hmem_iface>(region.hmem_iface);
-      attr.device.reserved = region.device_id;
+      detail::fill_dmabuf_attr(region, dmabuf, attr);
       flags |= FI_MR_DMABUF;
     }
 #endif
