@@ -1,0 +1,876 @@
+// File: transport/uring_tcp/endpoint.hpp — the host-staged TCP transport:
+// a full mesh of TCP connections driven by one io_uring per endpoint, with
+// software tag matching. This is the "before Peer Direct" path: device memory
+// reaches it through host bounce buffers staged by the collective layer.
+//
+// Wire format: every message is a 16-byte header {tag, length} (little
+// endian) followed by `length` payload bytes, on the connection between the
+// two ranks. TCP keeps per-pair order, and headers are matched in arrival
+// order, so matching tags between one pair are matched in send order.
+//
+// Receiving: one recv per peer is always in flight. It reads into a per-peer
+// staging buffer (headers and small payloads, many per syscall); when a
+// header matches a posted receive, the rest of a large payload is received
+// in place, straight into the user's buffer. A header with no matching
+// receive becomes an unexpected message, buffered in memory and copied out
+// when a receive matches it (unbounded: there is no flow control).
+//
+// Sending: per peer, queued messages go out as one sendmsg with a
+// {header, payload} iovec pair per message, several messages per sendmsg
+// while they are small; one sendmsg per peer is in flight at a time, so a
+// short send never interleaves two messages. Payloads of at least
+// options::zero_copy_threshold bytes use IORING_OP_SENDMSG_ZC (Linux ≥ 6.1,
+// probed at run time); such a send completes after the kernel's
+// notification that it no longer reads the buffer.
+//
+// Performance: progress() costs no syscall when nothing changed; it submits
+// everything queued with a single io_uring_submit. wait() blocks in the
+// kernel (io_uring_submit_and_wait_timeout), never spins.
+#pragma once
+
+#include <liburing.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <new>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "pdcoll/error.hpp"
+#include "pdcoll/transport/endpoint.hpp"
+#include "pdcoll/transport/uring_tcp/detail/mesh.hpp"
+#include "pdcoll/transport/uring_tcp/detail/state.hpp"
+#include "pdcoll/transport/uring_tcp/options.hpp"
+
+namespace pdcoll::transport::uring_tcp {
+
+/// Counters of one endpoint, for tests and tuning. Reading them is free.
+struct statistics {
+  std::uint64_t messages_sent = 0;           ///< messages fully handed to the kernel
+  std::uint64_t send_submissions = 0;        ///< sendmsg SQEs (coalesced messages count once)
+  std::uint64_t zero_copy_submissions = 0;   ///< of which IORING_OP_SENDMSG_ZC
+  std::uint64_t messages_received = 0;       ///< messages whose payload fully arrived
+  std::uint64_t bytes_received_in_place = 0; ///< payload bytes received straight into their destination
+  std::uint64_t bytes_staged = 0;            ///< payload bytes copied out of the staging buffer
+  std::uint64_t unexpected_messages = 0;     ///< messages that arrived before a matching receive
+  std::uint64_t unexpected_bytes_copied = 0; ///< bytes copied from unexpected buffers at match time
+};
+
+/// The uring_tcp endpoint. Create it with make_endpoint(); use it through
+/// pdcoll::transport::endpoint (see the contract there). Not thread-safe.
+class tcp_endpoint final : public transport::endpoint {
+ public:
+  /// Takes over a connected mesh (`sockets[r]` connected to rank r, invalid
+  /// at `rank`) and sets up the ring. Throws std::system_error when
+  /// io_uring_queue_init fails (e.g. ENOMEM from RLIMIT_MEMLOCK, EPERM when
+  /// io_uring is disabled by sysctl or seccomp).
+  tcp_endpoint(int rank, int world_size, std::vector<detail::file_descriptor> sockets, const options& opts)
+      : rank_(rank), world_size_(world_size), zero_copy_threshold_(opts.zero_copy_threshold) {
+    unsigned entries = 64;
+    while (entries < 4u * static_cast<unsigned>(world_size) + 8u) entries <<= 1;
+    io_uring_params params{};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = entries * 4;
+    if (int rc = io_uring_queue_init_params(entries, &ring_, &params); rc < 0) {
+      throw std::system_error(-rc, std::generic_category(), "uring_tcp: io_uring_queue_init_params");
+    }
+    if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
+      zero_copy_supported_ = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) != 0;
+      io_uring_free_probe(probe);
+    }
+    std::size_t staging = std::max<std::size_t>(opts.staging_bytes, 4096);
+    in_place_threshold_ = staging / 4;
+    peers_.reserve(static_cast<std::size_t>(world_size));
+    for (int r = 0; r < world_size; ++r) {
+      auto link = std::make_unique<detail::peer_link>();
+      link->rank = r;
+      if (r != rank) {
+        link->socket = std::move(sockets[static_cast<std::size_t>(r)]);
+        link->staging.reset(new std::byte[staging]);
+        link->staging_capacity = staging;
+        ++alive_;
+      }
+      peers_.push_back(std::move(link));
+    }
+    schedule();
+    io_uring_submit(&ring_);
+  }
+
+  tcp_endpoint(const tcp_endpoint&) = delete;
+  tcp_endpoint& operator=(const tcp_endpoint&) = delete;
+
+  /// Shuts every connection down and waits (up to 5 s) for the kernel to
+  /// return every buffer. Operations still outstanding complete with
+  /// errc::aborted, from inside the destructor.
+  ~tcp_endpoint() override {
+    const std::error_code aborted = make_error_code(errc::aborted);
+    while (auto* op = any_posted_.pop_front()) complete(op, {aborted, 0, op->tag, -1});
+    for (auto& link : peers_) {
+      if (link->rank == rank_) {
+        while (auto* op = link->posted.pop_front()) complete(op, {aborted, 0, op->tag, rank_});
+      } else {
+        fail_peer(*link, aborted);
+      }
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      __kernel_timespec ts{0, 100'000'000};
+      io_uring_cqe* cqe = nullptr;
+      io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      reap();
+    }
+    deliver();
+    for (auto& link : peers_) {
+      while (auto* m = link->unexpected.pop_front()) delete m;
+    }
+    io_uring_queue_exit(&ring_);
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int world_size() const noexcept override { return world_size_; }
+  std::string name() const override { return "uring_tcp"; }
+
+  /// Whether this kernel offers IORING_OP_SENDMSG_ZC (probed at creation).
+  bool zero_copy_supported() const noexcept { return zero_copy_supported_; }
+  /// Whether sends of at least the threshold actually use zero copy.
+  bool zero_copy_enabled() const noexcept { return zero_copy_supported_ && zero_copy_threshold_ > 0; }
+  /// Counters since creation.
+  const statistics& stats() const noexcept { return stats_; }
+
+  /// Queues a send; it goes out at the next progress() or wait(). Errors:
+  /// invalid_argument (no ctx or callback), root_out_of_range (peer),
+  /// null_buffer, peer_lost (the connection to `peer` is gone), transport
+  /// (out of memory). A send to this rank itself is matched locally.
+  std::error_code post_send(int peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                            void* /*descriptor*/, completion_context* ctx) noexcept override {
+    if (auto ec = validate(peer, buffer, length, ctx, false)) return ec;
+    auto& link = *peers_[static_cast<std::size_t>(peer)];
+    if (link.lost) return make_error_code(errc::peer_lost);
+    auto* op = allocate(ctx, detail::operation::kind::send, peer, const_cast<void*>(buffer), length, tag, 0);
+    if (!op) return make_error_code(errc::transport);
+    if (peer == rank_) return send_to_self(link, op);
+    op->wire.tag = htole64(tag);
+    op->wire.length = htole64(static_cast<std::uint64_t>(length));
+    link.sends.push_back(op);
+    return {};
+  }
+
+  /// Posts a receive: matched first against unexpected messages (oldest
+  /// first), else kept until a header matches. Errors as post_send; a
+  /// receive from a lost peer fails with peer_lost unless a message that
+  /// arrived before the loss matches it.
+  std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag, std::uint64_t ignore,
+                            void* /*descriptor*/, completion_context* ctx) noexcept override {
+    if (auto ec = validate(peer, buffer, length, ctx, true)) return ec;
+    if (auto* m = find_unexpected(peer, tag, ignore)) {
+      auto* op = allocate(ctx, detail::operation::kind::recv, m->source, buffer, length, tag, ignore);
+      if (!op) return make_error_code(errc::transport);
+      auto& link = *peers_[static_cast<std::size_t>(m->source)];
+      if (m->length > length) {
+        // The message is consumed by this receive, which reports the mismatch.
+        complete(op, {make_error_code(errc::collective_mismatch), 0, m->tag, m->source});
+        if (m->complete) {
+          link.unexpected.erase(m);
+          delete m;
+        } else {
+          m->dropped = true;
+        }
+      } else if (m->complete) {
+        deliver_unexpected(link, m, op);
+      } else {
+        m->claimed_by = op;
+        op->claimed = m;
+        op->state = detail::operation::phase::active;
+      }
+      return {};
+    }
+    if (peer != any_peer && peers_[static_cast<std::size_t>(peer)]->lost) return make_error_code(errc::peer_lost);
+    if (peer == any_peer && world_size_ > 1 && alive_ == 0) return make_error_code(errc::peer_lost);
+    auto* op = allocate(ctx, detail::operation::kind::recv, peer, buffer, length, tag, ignore);
+    if (!op) return make_error_code(errc::transport);
+    (peer == any_peer ? any_posted_ : peers_[static_cast<std::size_t>(peer)]->posted).push_back(op);
+    return {};
+  }
+
+  /// Cancels an outstanding operation. Not yet on the wire (queued send,
+  /// unmatched receive): completes as cancelled at the next progress().
+  /// In flight: IORING_OP_ASYNC_CANCEL; the operation then completes once,
+  /// cancelled or done. A send whose first bytes are already on the wire
+  /// cannot be withdrawn without breaking the stream, so it completes
+  /// normally. Unknown or completed contexts are ignored.
+  void cancel(completion_context* ctx) noexcept override {
+    auto* op = lookup(ctx);
+    if (!op || op->cancel_requested) return;
+    using phase = detail::operation::phase;
+    if (op->state == phase::ready || op->state == phase::awaiting_notification) return;
+    const auto canceled = std::make_error_code(std::errc::operation_canceled);
+    if (op->type == detail::operation::kind::recv) {
+      if (op->state == phase::queued) {
+        (op->peer == any_peer ? any_posted_ : peers_[static_cast<std::size_t>(op->peer)]->posted).erase(op);
+        complete(op, {canceled, 0, op->tag, op->peer});
+      } else if (op->claimed) {
+        // The unexpected message stays, for the next receive that matches it.
+        op->claimed->claimed_by = nullptr;
+        op->claimed = nullptr;
+        complete(op, {canceled, 0, op->tag, op->peer});
+      } else {
+        auto& link = *peers_[static_cast<std::size_t>(op->peer)];
+        if (link.recv_in_flight && link.recv_in_place) {
+          op->cancel_requested = true;  // the kernel may be writing into its buffer
+          link.recv_cancel_wanted = true;
+        } else {
+          cancel_current(link);
+        }
+      }
+      return;
+    }
+    auto& link = *peers_[static_cast<std::size_t>(op->peer)];
+    std::size_t position = 0;
+    for (auto* it = link.sends.front(); it && it != op; it = it->next) ++position;
+    if (link.send_in_flight && position < link.send_covered) {
+      op->cancel_requested = true;
+      link.send_cancel_wanted = true;
+    } else if (op->sent == 0) {
+      link.sends.erase(op);
+      complete(op, {canceled, 0, op->tag, op->peer});
+    }
+  }
+
+  /// Reaps completions, queues the next recv/sendmsg per peer, submits once,
+  /// reaps what completed inline, then calls the contexts of every completed
+  /// operation. Returns how many completions were delivered.
+  std::size_t progress() noexcept override {
+    reap();
+    schedule();
+    if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+    reap();
+    return deliver();
+  }
+
+  /// Blocks in io_uring_submit_and_wait_timeout(3) until a completion entry
+  /// arrives or `deadline` passes; returns at once when completions wait.
+  void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
+    if (!ready_.empty() || io_uring_cq_ready(&ring_) > 0) return;
+    schedule();
+    auto now = std::chrono::steady_clock::now();
+    if (deadline <= now) {
+      if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+      return;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    __kernel_timespec ts{left / 1'000'000'000, left % 1'000'000'000};
+    io_uring_cqe* cqe = nullptr;
+    io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  }
+
+  /// Host memory moves directly; device memory is staged through host
+  /// buffers by the collective layer.
+  data_path path_for(memory_kind kind) const noexcept override {
+    return kind == memory_kind::host ? data_path::host : data_path::host_staged;
+  }
+  bool needs_registration(memory_kind) const noexcept override { return false; }
+  /// Sockets need no registration: returns an empty handle.
+  std::error_code register_region(const memory_region&, registration_handle& out) noexcept override {
+    out = {};
+    return {};
+  }
+  void deregister(registration_handle& handle) noexcept override { handle = {}; }
+
+ private:
+  using operation = detail::operation;
+  using peer_link = detail::peer_link;
+  using unexpected_message = detail::unexpected_message;
+
+  std::error_code validate(int peer, const void* buffer, std::size_t length, completion_context* ctx,
+                           bool allow_any) const noexcept {
+    if (!ctx || !ctx->on_complete) return make_error_code(errc::invalid_argument);
+    if (!(allow_any && peer == any_peer) && (peer < 0 || peer >= world_size_)) {
+      return make_error_code(errc::root_out_of_range);
+    }
+    if (!buffer && length > 0) return make_error_code(errc::null_buffer);
+    return {};
+  }
+
+  operation* allocate(completion_context* ctx, operation::kind type, int peer, void* buffer, std::size_t length,
+                      std::uint64_t tag, std::uint64_t ignore) noexcept {
+    operation* op = free_.pop_front();
+    if (!op) {
+      try {
+        op = &pool_.emplace_back();
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+    }
+    op->ctx = ctx;
+    op->type = type;
+    op->state = operation::phase::queued;
+    op->cancel_requested = false;
+    op->peer = peer;
+    op->buffer = static_cast<std::byte*>(buffer);
+    op->length = length;
+    op->tag = tag;
+    op->ignore = ignore;
+    op->sequence = ++sequence_;
+    op->sent = 0;
+    op->zero_copy_pending = 0;
+    op->claimed = nullptr;
+    op->result = {};
+    ctx->transport_state[0] = reinterpret_cast<std::uintptr_t>(op);
+    return op;
+  }
+
+  operation* lookup(completion_context* ctx) const noexcept {
+    if (!ctx) return nullptr;
+    auto* op = reinterpret_cast<operation*>(static_cast<std::uintptr_t>(ctx->transport_state[0]));
+    if (!op || op->ctx != ctx || op->state == operation::phase::free) return nullptr;
+    return op;
+  }
+
+  /// Moves `op` (in no list) to the ready list; its callback runs in deliver().
+  void complete(operation* op, const completion& result) noexcept {
+    op->result = result;
+    op->state = operation::phase::ready;
+    op->claimed = nullptr;
+    ready_.push_back(op);
+  }
+
+  std::size_t deliver() noexcept {
+    std::size_t delivered = 0;
+    while (auto* op = ready_.pop_front()) {
+      completion_context* ctx = op->ctx;
+      completion result = op->result;
+      ctx->transport_state[0] = 0;
+      op->ctx = nullptr;
+      op->state = operation::phase::free;
+      free_.push_back(op);
+      // Last: the callback may post again, reusing `ctx` or this record.
+      ctx->on_complete(ctx, result);
+      ++delivered;
+    }
+    return delivered;
+  }
+
+  static bool matches(const operation& op, std::uint64_t tag) noexcept {
+    return ((op.tag ^ tag) & ~op.ignore) == 0;
+  }
+
+  /// The earliest-posted receive for a message from `link` with `tag`.
+  operation* match_posted(peer_link& link, std::uint64_t tag) noexcept {
+    operation* best = nullptr;
+    for (auto* op = link.posted.front(); op; op = op->next) {
+      if (matches(*op, tag)) {
+        best = op;
+        break;
+      }
+    }
+    for (auto* op = any_posted_.front(); op; op = op->next) {
+      if (matches(*op, tag)) {
+        if (!best || op->sequence < best->sequence) best = op;
+        break;
+      }
+    }
+    if (best) {
+      (best->peer == any_peer ? any_posted_ : link.posted).erase(best);
+      best->peer = link.rank;
+    }
+    return best;
+  }
+
+  /// The oldest unclaimed unexpected message a receive (peer, tag, ignore) matches.
+  unexpected_message* find_unexpected(int peer, std::uint64_t tag, std::uint64_t ignore) noexcept {
+    unexpected_message* best = nullptr;
+    auto search = [&](peer_link& link) {
+      for (auto* m = link.unexpected.front(); m; m = m->next) {
+        if (m->claimed_by || m->dropped || ((m->tag ^ tag) & ~ignore) != 0) continue;
+        if (!best || m->arrival < best->arrival) best = m;
+        return;
+      }
+    };
+    if (peer == any_peer) {
+      for (auto& link : peers_) search(*link);
+    } else {
+      search(*peers_[static_cast<std::size_t>(peer)]);
+    }
+    return best;
+  }
+
+  void deliver_unexpected(peer_link& link, unexpected_message* m, operation* op) noexcept {
+    if (m->length) std::memcpy(op->buffer, m->data.get(), m->length);
+    stats_.unexpected_bytes_copied += m->length;
+    complete(op, {{}, m->length, m->tag, m->source});
+    link.unexpected.erase(m);
+    delete m;
+  }
+
+  std::error_code send_to_self(peer_link& self, operation* send) noexcept {
+    if (operation* recv = match_posted(self, send->tag)) {
+      if (send->length > recv->length) {
+        complete(recv, {make_error_code(errc::collective_mismatch), 0, send->tag, rank_});
+      } else {
+        if (send->length) std::memcpy(recv->buffer, send->buffer, send->length);
+        complete(recv, {{}, send->length, send->tag, rank_});
+      }
+    } else {
+      auto* m = new (std::nothrow) unexpected_message;
+      if (m && send->length) m->data.reset(new (std::nothrow) std::byte[send->length]);
+      if (!m || (send->length && !m->data)) {
+        delete m;
+        send->ctx->transport_state[0] = 0;
+        send->state = operation::phase::free;
+        free_.push_back(send);
+        return make_error_code(errc::transport);
+      }
+      m->source = rank_;
+      m->tag = send->tag;
+      m->length = m->received = send->length;
+      if (send->length) std::memcpy(m->data.get(), send->buffer, send->length);
+      m->complete = true;
+      m->arrival = ++arrival_;
+      self.unexpected.push_back(m);
+      ++stats_.unexpected_messages;
+    }
+    complete(send, {{}, send->length, send->tag, rank_});
+    return {};
+  }
+
+  // ---- completion queue --------------------------------------------------
+
+  void reap() noexcept {
+    unsigned head = 0;
+    unsigned seen = 0;
+    io_uring_cqe* cqe = nullptr;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      handle(cqe);
+      ++seen;
+    }
+    if (seen) io_uring_cq_advance(&ring_, seen);
+  }
+
+  void handle(const io_uring_cqe* cqe) noexcept {
+    // A request is finished with its last CQE: the one without F_MORE (for
+    // a zero-copy send, that is the notification).
+    if (!(cqe->flags & IORING_CQE_F_MORE)) --in_flight_;
+    auto* slot = static_cast<detail::io_slot*>(io_uring_cqe_get_data(cqe));
+    if (!slot) return;  // an IORING_OP_ASYNC_CANCEL request
+    switch (slot->kind) {
+      case detail::io_kind::recv:
+        on_recv(*static_cast<peer_link*>(slot->owner), cqe->res);
+        break;
+      case detail::io_kind::send:
+        on_send(*static_cast<peer_link*>(slot->owner), cqe->res);
+        break;
+      case detail::io_kind::send_zc: {
+        auto* op = static_cast<operation*>(slot->owner);
+        if (cqe->flags & IORING_CQE_F_NOTIF) {
+          on_notification(op);
+        } else {
+          if (cqe->flags & IORING_CQE_F_MORE) ++op->zero_copy_pending;
+          on_send(*peers_[static_cast<std::size_t>(op->peer)], cqe->res);
+        }
+        break;
+      }
+    }
+  }
+
+  // ---- receiving ---------------------------------------------------------
+
+  void on_recv(peer_link& link, int res) noexcept {
+    link.recv_in_flight = false;
+    const bool in_place = link.recv_in_place;
+    link.recv_in_place = false;
+    if (res == -ECANCELED) {
+      // Nothing was read. Either a receive asked to be cancelled, or a stale
+      // cancel hit this recv; the next schedule() re-posts it.
+      if (in_place && link.target_op && link.target_op->cancel_requested) cancel_current(link);
+      if (link.lost) fail_peer(link, loss_reason(link));
+      return;
+    }
+    if (res <= 0 || link.lost) {
+      // recv(2): 0 is an orderly shutdown; ECONNRESET etc. a dead peer.
+      fail_peer(link, link.lost ? loss_reason(link) : make_error_code(errc::peer_lost));
+      return;
+    }
+    auto n = static_cast<std::size_t>(res);
+    if (in_place) {
+      link.received += n;
+      stats_.bytes_received_in_place += n;
+      if (link.received == link.header.length) {
+        finish_message(link);
+      } else if (link.target_op && link.target_op->cancel_requested) {
+        cancel_current(link);
+      }
+      return;
+    }
+    link.staging_end += n;
+    parse(link);
+  }
+
+  void parse(peer_link& link) noexcept {
+    for (;;) {
+      std::size_t available = link.staging_end - link.staging_begin;
+      if (!link.in_message) {
+        if (available < sizeof(detail::wire_header)) break;
+        detail::wire_header header;
+        std::memcpy(&header, link.staging.get() + link.staging_begin, sizeof header);
+        link.staging_begin += sizeof header;
+        available -= sizeof header;
+        header.tag = le64toh(header.tag);
+        header.length = le64toh(header.length);
+        start_message(link, header);
+        if (link.lost) return;
+      }
+      std::size_t n = std::min<std::size_t>(available, link.header.length - link.received);
+      if (n) {
+        if (link.target) {
+          std::memcpy(link.target + link.received, link.staging.get() + link.staging_begin, n);
+          stats_.bytes_staged += n;
+        }
+        link.staging_begin += n;
+        link.received += n;
+      }
+      if (link.received < link.header.length) break;
+      finish_message(link);
+    }
+    if (link.staging_begin == link.staging_end) link.staging_begin = link.staging_end = 0;
+  }
+
+  void start_message(peer_link& link, const detail::wire_header& header) noexcept {
+    link.in_message = true;
+    link.header = header;
+    link.received = 0;
+    link.target = nullptr;
+    link.target_op = nullptr;
+    link.target_message = nullptr;
+    if (operation* op = match_posted(link, header.tag)) {
+      if (header.length > op->length) {
+        // Truncation: report it now and discard the payload as it arrives.
+        complete(op, {make_error_code(errc::collective_mismatch), 0, header.tag, link.rank});
+        return;
+      }
+      op->state = operation::phase::active;
+      link.target_op = op;
+      link.target = op->buffer;
+      return;
+    }
+    auto* m = new (std::nothrow) unexpected_message;
+    if (m && header.length) m->data.reset(new (std::nothrow) std::byte[header.length]);
+    if (!m || (header.length && !m->data)) {
+      // Nowhere to put it: the stream cannot continue consistently.
+      delete m;
+      fail_peer(link, make_error_code(errc::transport));
+      return;
+    }
+    m->source = link.rank;
+    m->tag = header.tag;
+    m->length = header.length;
+    m->arrival = ++arrival_;
+    link.unexpected.push_back(m);
+    link.target_message = m;
+    link.target = m->data.get();
+    ++stats_.unexpected_messages;
+  }
+
+  void finish_message(peer_link& link) noexcept {
+    link.in_message = false;
+    ++stats_.messages_received;
+    if (operation* op = link.target_op) {
+      complete(op, {{}, link.header.length, link.header.tag, link.rank});
+    } else if (unexpected_message* m = link.target_message) {
+      m->received = m->length;
+      m->complete = true;
+      if (m->claimed_by) {
+        deliver_unexpected(link, m, m->claimed_by);
+      } else if (m->dropped) {
+        link.unexpected.erase(m);
+        delete m;
+      }
+    }
+    link.target = nullptr;
+    link.target_op = nullptr;
+    link.target_message = nullptr;
+  }
+
+  /// Completes the receive whose payload is arriving as cancelled; the rest
+  /// of its payload is read and discarded to keep the stream in step.
+  void cancel_current(peer_link& link) noexcept {
+    operation* op = link.target_op;
+    if (!op) return;
+    link.target_op = nullptr;
+    link.target = nullptr;
+    complete(op, {std::make_error_code(std::errc::operation_canceled), 0, op->tag, link.rank});
+  }
+
+  // ---- sending -----------------------------------------------------------
+
+  void on_send(peer_link& link, int res) noexcept {
+    link.send_in_flight = false;
+    link.send_covered = 0;
+    if (res < 0 && res != -ECANCELED) {
+      // send(2): EPIPE / ECONNRESET, the peer is gone (MSG_NOSIGNAL: no SIGPIPE).
+      fail_peer(link, link.lost ? loss_reason(link) : make_error_code(errc::peer_lost));
+      return;
+    }
+    auto n = static_cast<std::size_t>(res > 0 ? res : 0);
+    while (n > 0) {
+      operation* op = link.sends.front();
+      std::size_t take = std::min(n, op->wire_length() - op->sent);
+      op->sent += take;
+      n -= take;
+      if (op->sent == op->wire_length()) {
+        link.sends.erase(op);
+        ++stats_.messages_sent;
+        finish_send(link, op, {});
+      }
+    }
+    // Cancelled sends that put nothing on the wire leave the queue; the
+    // stream stays consistent because none of their bytes were sent.
+    for (operation* op = link.sends.front(); op;) {
+      operation* next = op->next;
+      if (op->cancel_requested && op->sent == 0) {
+        link.sends.erase(op);
+        finish_send(link, op, std::make_error_code(std::errc::operation_canceled));
+      }
+      op = next;
+    }
+    if (link.lost) fail_peer(link, loss_reason(link));
+  }
+
+  void finish_send(peer_link& link, operation* op, std::error_code error) noexcept {
+    op->result = {error, error ? 0 : op->length, op->tag, op->peer};
+    if (op->zero_copy_pending > 0) {
+      op->state = operation::phase::awaiting_notification;
+      link.awaiting_notification.push_back(op);
+    } else {
+      complete(op, op->result);
+    }
+  }
+
+  void on_notification(operation* op) noexcept {
+    if (--op->zero_copy_pending == 0 && op->state == operation::phase::awaiting_notification) {
+      peers_[static_cast<std::size_t>(op->peer)]->awaiting_notification.erase(op);
+      complete(op, op->result);
+    }
+  }
+
+  // ---- failure -----------------------------------------------------------
+
+  std::error_code loss_reason(const peer_link& link) const noexcept {
+    return link.loss ? link.loss : make_error_code(errc::peer_lost);
+  }
+
+  /// Marks `link` lost (first call) and completes, with `error`, every
+  /// operation with that peer the kernel no longer references. Called again
+  /// as in-flight requests return, until nothing is left.
+  void fail_peer(peer_link& link, std::error_code error) noexcept {
+    if (!link.lost) {
+      link.lost = true;
+      link.loss = error;
+      // shutdown(2) makes the recv and any blocked send return promptly.
+      if (link.socket.valid()) ::shutdown(link.socket.get(), SHUT_RDWR);
+      --alive_;
+      while (auto* op = link.posted.pop_front()) complete(op, {error, 0, op->tag, link.rank});
+      if (alive_ == 0) {
+        while (auto* op = any_posted_.pop_front()) complete(op, {error, 0, op->tag, -1});
+      }
+    }
+    error = loss_reason(link);
+    if (!link.recv_in_flight) {
+      if (link.in_message) {
+        if (operation* op = link.target_op) complete(op, {error, 0, op->tag, link.rank});
+        link.in_message = false;
+        link.target = nullptr;
+        link.target_op = nullptr;
+        link.target_message = nullptr;
+      }
+      for (auto* m = link.unexpected.front(); m;) {
+        auto* next = m->next;
+        if (!m->complete) {
+          if (m->claimed_by) complete(m->claimed_by, {error, 0, m->tag, link.rank});
+          link.unexpected.erase(m);
+          delete m;
+        }
+        m = next;
+      }
+    }
+    if (!link.send_in_flight) {
+      while (auto* op = link.sends.pop_front()) finish_send(link, op, error);
+    }
+  }
+
+  // ---- submission --------------------------------------------------------
+
+  io_uring_sqe* next_sqe() noexcept {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) {
+      io_uring_submit(&ring_);  // the SQ is full: flush it and retry once
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    if (sqe) ++in_flight_;
+    return sqe;
+  }
+
+  void schedule() noexcept {
+    for (auto& owned : peers_) {
+      peer_link& link = *owned;
+      if (!link.socket.valid()) continue;
+      if (link.recv_cancel_wanted) {
+        link.recv_cancel_wanted = false;
+        if (link.recv_in_flight) prepare_cancel(&link.recv_slot);
+      }
+      if (link.send_cancel_wanted) {
+        link.send_cancel_wanted = false;
+        if (link.send_in_flight) prepare_cancel(link.send_user_data);
+      }
+      if (link.lost) continue;
+      if (!link.recv_in_flight) prepare_recv(link);
+      if (!link.send_in_flight && !link.sends.empty()) prepare_send(link);
+    }
+  }
+
+  void prepare_cancel(detail::io_slot* slot) noexcept {
+    io_uring_sqe* sqe = next_sqe();
+    if (!sqe) return;
+    io_uring_prep_cancel(sqe, slot, 0);
+    io_uring_sqe_set_data(sqe, nullptr);
+  }
+
+  void prepare_recv(peer_link& link) noexcept {
+    std::byte* buffer;
+    std::size_t length;
+    bool in_place = false;
+    std::size_t remaining = link.in_message ? link.header.length - link.received : 0;
+    if (link.in_message && link.target && remaining >= in_place_threshold_) {
+      // Staging is empty here (parse() consumed it), so the next byte on
+      // the stream is this payload's: read it where it belongs.
+      buffer = link.target + link.received;
+      length = std::min<std::size_t>(remaining, 1u << 30);
+      in_place = true;
+    } else {
+      if (link.staging_begin > 0) {
+        std::memmove(link.staging.get(), link.staging.get() + link.staging_begin,
+                     link.staging_end - link.staging_begin);
+        link.staging_end -= link.staging_begin;
+        link.staging_begin = 0;
+      }
+      buffer = link.staging.get() + link.staging_end;
+      length = link.staging_capacity - link.staging_end;
+    }
+    io_uring_sqe* sqe = next_sqe();
+    if (!sqe) return;
+    io_uring_prep_recv(sqe, link.socket.get(), buffer, length, 0);
+    io_uring_sqe_set_data(sqe, &link.recv_slot);
+    link.recv_in_flight = true;
+    link.recv_in_place = in_place;
+  }
+
+  bool use_zero_copy(const operation& op) const noexcept {
+    return zero_copy_supported_ && zero_copy_threshold_ > 0 && op.length >= zero_copy_threshold_;
+  }
+
+  void prepare_send(peer_link& link) noexcept {
+    operation* head = link.sends.front();
+    const bool zero_copy = use_zero_copy(*head);
+    std::size_t count = 0;
+    std::size_t covered = 0;
+    std::size_t bytes = 0;
+    for (operation* op = head; op && count + 2 <= link.iov.size(); op = op->next) {
+      if (covered > 0 && (zero_copy || use_zero_copy(*op) || bytes >= detail::coalesce_bytes)) break;
+      std::size_t done = op->sent;
+      if (done < sizeof(detail::wire_header)) {
+        link.iov[count++] = {reinterpret_cast<std::byte*>(&op->wire) + done, sizeof(detail::wire_header) - done};
+        done = sizeof(detail::wire_header);
+      }
+      std::size_t payload_done = done - sizeof(detail::wire_header);
+      if (op->length > payload_done) {
+        link.iov[count++] = {op->buffer + payload_done, op->length - payload_done};
+      }
+      bytes += op->wire_length() - op->sent;
+      ++covered;
+    }
+    io_uring_sqe* sqe = next_sqe();
+    if (!sqe) return;
+    link.message = {};
+    link.message.msg_iov = link.iov.data();
+    link.message.msg_iovlen = count;
+    if (zero_copy) {
+      io_uring_prep_sendmsg_zc(sqe, link.socket.get(), &link.message, MSG_NOSIGNAL);
+      link.send_user_data = &head->zero_copy_slot;
+      ++stats_.zero_copy_submissions;
+    } else {
+      io_uring_prep_sendmsg(sqe, link.socket.get(), &link.message, MSG_NOSIGNAL);
+      link.send_user_data = &link.send_slot;
+    }
+    io_uring_sqe_set_data(sqe, link.send_user_data);
+    ++stats_.send_submissions;
+    link.send_covered = covered;
+    std::size_t left = covered;
+    for (operation* op = head; op && left > 0; op = op->next, --left) op->state = operation::phase::active;
+    link.send_in_flight = true;
+  }
+
+  int rank_;
+  int world_size_;
+  io_uring ring_{};
+  bool zero_copy_supported_ = false;
+  std::size_t zero_copy_threshold_;
+  std::size_t in_place_threshold_ = 16 * 1024;
+  std::vector<std::unique_ptr<peer_link>> peers_;
+  int alive_ = 0;  ///< remote peers not lost
+  detail::intrusive_list<operation> any_posted_;
+  detail::intrusive_list<operation> ready_;
+  detail::intrusive_list<operation> free_;
+  std::deque<operation> pool_;  ///< stable addresses: contexts and SQEs point here
+  std::uint64_t sequence_ = 0;
+  std::uint64_t arrival_ = 0;
+  std::size_t in_flight_ = 0;  ///< submitted or queued requests without their final CQE
+  statistics stats_;
+};
+
+/// Builds this rank's endpoint: listens on an ephemeral TCP port, publishes
+/// "host:port" through `exchange`, connects the full mesh (this rank
+/// connects to every higher rank and accepts every lower one, checking the
+/// job token), then sets up the io_uring. Costs world_size - 1 connections
+/// and 64 KiB of staging per peer. Blocks until the mesh is built or
+/// `opts.timeout` passes.
+///
+/// Throws std::system_error: errc::invalid_argument (rank, world size, token
+/// too long), errc::timeout (deadline), errc::unauthenticated (a higher rank
+/// refused our token), errc::bootstrap / errc::protocol (bad addresses or
+/// answers), errno codes from socket calls, and whatever `exchange` throws.
+///
+///     auto ep = pdcoll::transport::uring_tcp::make_endpoint(
+///         rank, size, [&](std::string_view mine) { return store.all_gather(mine); },
+///         {.token = token});
+inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_size, const address_exchange& exchange,
+                                                          const options& opts = {}) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    detail::throw_pdcoll(errc::invalid_argument, "rank " + std::to_string(rank) + " outside world of " +
+                                                     std::to_string(world_size));
+  }
+  if (opts.token.size() > detail::max_token_bytes) {
+    detail::throw_pdcoll(errc::invalid_argument, "job token longer than 4096 bytes");
+  }
+  const auto deadline = detail::setup_clock::now() + opts.timeout;
+  std::string bind = opts.bind_address;
+  if (bind.empty()) {
+    if (const char* from_environment = std::getenv("PDCOLL_URING_BIND")) bind = from_environment;
+  }
+  detail::listener listening = detail::make_listener(bind, world_size + 16, opts.socket_buffer_bytes);
+  std::vector<std::string> addresses = exchange(listening.advertised);
+  if (addresses.size() != static_cast<std::size_t>(world_size)) {
+    detail::throw_pdcoll(errc::bootstrap, "address exchange returned " + std::to_string(addresses.size()) +
+                                              " addresses for " + std::to_string(world_size) + " ranks");
+  }
+  auto sockets = detail::connect_mesh(rank, world_size, listening.socket, addresses, opts.token,
+                                      opts.socket_buffer_bytes, deadline);
+  return std::make_unique<tcp_endpoint>(rank, world_size, std::move(sockets), opts);
+}
+
+}  // namespace pdcoll::transport::uring_tcp

@@ -1,0 +1,38 @@
+// File: transport/uring_tcp/options.hpp — settings of the host-staged
+// io_uring TCP transport: where to listen, the job token, the setup deadline
+// and the knobs whose defaults come from loopback measurements.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace pdcoll::transport::uring_tcp {
+
+/// Settings for make_endpoint(). The defaults suit one host and small clusters.
+struct options {
+  /// Numeric address or host name to listen on. Empty: the PDCOLL_URING_BIND
+  /// environment variable, else every IPv4 interface, advertising the first
+  /// non-loopback IPv4 address that is up (127.0.0.1 when there is none).
+  std::string bind_address;
+  /// The job's shared secret (typically PDCOLL_TOKEN). The connecting rank
+  /// sends it first; a connection with a different token is closed. At most
+  /// 4096 bytes.
+  std::string token;
+  /// Deadline for building the mesh (listen, exchange, connect, handshake).
+  std::chrono::milliseconds timeout{30000};
+  /// SO_SNDBUF and SO_RCVBUF of every connection; 0 keeps the kernel's
+  /// autotuning. The kernel caps the value at net.core.{w,r}mem_max.
+  int socket_buffer_bytes = 0;
+  /// Payloads of at least this many bytes go out with IORING_OP_SENDMSG_ZC
+  /// when the kernel supports it (probed at run time); 0 never uses it. Off by
+  /// default: on loopback the kernel copies zero-copy pages anyway and the
+  /// extra notification costs more than it saves (see the report in
+  /// tests/multiproc/uring_transport.cpp, "bandwidth" test).
+  std::size_t zero_copy_threshold = 0;
+  /// Per-peer receive staging buffer: headers and small payloads are read
+  /// into it in batches; payloads that do not fit are received in place.
+  std::size_t staging_bytes = 64 * 1024;
+};
+
+}  // namespace pdcoll::transport::uring_tcp
