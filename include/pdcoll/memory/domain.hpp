@@ -16,7 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <span>
 #include <string>
@@ -150,6 +152,59 @@ bool checked_bytes(std::size_t count, std::size_t& out) noexcept {
   throw std::system_error(code, what);
 }
 [[noreturn]] inline void fail(errc code, const std::string& what) { fail(make_error_code(code), what); }
+
+/// First-fit allocator of aligned chunks inside [base, base + capacity):
+/// the emulated device's memfd arena and Gaudi1's physical DRAM (whose
+/// driver leaves DRAM allocation to user space). Not thread-safe; its owner
+/// locks. Cost: O(free chunks) per allocation, O(log n) per release.
+class first_fit_arena {
+ public:
+  first_fit_arena() = default;
+  first_fit_arena(std::uint64_t base, std::size_t capacity) : capacity_(capacity) {
+    if (capacity > 0) free_.emplace(base, capacity);
+  }
+  /// Takes `length` bytes (a multiple of the alignment the owner keeps) from
+  /// the first free chunk large enough; false when none is.
+  bool allocate(std::size_t length, std::uint64_t& address) {
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < length) continue;
+      address = it->first;
+      const std::size_t remaining = it->second - length;
+      free_.erase(it);
+      if (remaining > 0) free_.emplace(address + length, remaining);
+      in_use_ += length;
+      return true;
+    }
+    return false;
+  }
+  /// Gives back a chunk taken by allocate, merged with free neighbours so
+  /// large requests fit again.
+  void release(std::uint64_t address, std::size_t length) {
+    in_use_ -= length;
+    std::uint64_t start = address;
+    auto next = free_.lower_bound(address);
+    if (next != free_.end() && next->first == start + length) {
+      length += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first + previous->second == start) {
+        start = previous->first;
+        length += previous->second;
+        free_.erase(previous);
+      }
+    }
+    free_.emplace(start, length);
+  }
+  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t in_use() const noexcept { return in_use_; }
+
+ private:
+  std::size_t capacity_ = 0;
+  std::size_t in_use_ = 0;
+  std::map<std::uint64_t, std::size_t> free_;  // start → length; disjoint, never adjacent
+};
 
 /// The one door to views' and domains' internals: device views keep their
 /// domain pointer and device address private, and domains keep their

@@ -24,7 +24,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <span>
@@ -80,7 +79,7 @@ class emulated_device {
       detail::fail(std::error_code(error, std::system_category()), "emulated_device: mmap");
     }
     mapping_ = static_cast<std::byte*>(mapping);
-    free_.emplace(0, capacity_);
+    arena_ = detail::first_fit_arena(0, capacity_);
   }
   emulated_device(const emulated_device&) = delete;
   emulated_device& operator=(const emulated_device&) = delete;
@@ -96,7 +95,7 @@ class emulated_device {
   /// Bytes reserved by live allocations (whole pages each).
   std::size_t bytes_in_use() const {
     std::lock_guard lock(mutex_);
-    return in_use_;
+    return arena_.in_use();
   }
   /// Number of live allocations.
   std::size_t allocation_count() const {
@@ -117,19 +116,14 @@ class emulated_device {
       detail::fail(errc::count_overflow, "emulated_device::allocate: " + std::to_string(count) + " elements");
     if (count == 0) return device_buffer<T, emulated_device>(this, 0, 0);
     std::lock_guard lock(mutex_);
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second < reserved) continue;
-      const std::uint64_t offset = it->first;
-      const std::size_t remaining = it->second - reserved;
-      free_.erase(it);
-      if (remaining > 0) free_.emplace(offset + reserved, remaining);
+    std::uint64_t offset = 0;
+    if (arena_.allocate(reserved, offset)) {
       live_.emplace(offset, allocation{reserved, bytes});
-      in_use_ += reserved;
       return device_buffer<T, emulated_device>(this, offset, count);
     }
     detail::fail(std::make_error_code(std::errc::not_enough_memory),
                  "emulated_device::allocate: no free chunk of " + std::to_string(reserved) + " bytes (" +
-                     std::to_string(capacity_ - in_use_) + " of " + std::to_string(capacity_) +
+                     std::to_string(capacity_ - arena_.in_use()) + " of " + std::to_string(capacity_) +
                      " bytes free, fragmented)");
   }
 
@@ -263,33 +257,15 @@ class emulated_device {
                       static_cast<off_t>(reserved));
     std::lock_guard lock(mutex_);
     live_.erase(address);
-    in_use_ -= reserved;
-    // Put the chunk back, merged with free neighbours so large requests fit again.
-    std::uint64_t start = address;
-    std::size_t length = reserved;
-    auto next = free_.lower_bound(address);
-    if (next != free_.end() && next->first == start + length) {
-      length += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto previous = std::prev(next);
-      if (previous->first + previous->second == start) {
-        start = previous->first;
-        length += previous->second;
-        free_.erase(previous);
-      }
-    }
-    free_.emplace(start, length);
+    arena_.release(address, reserved);
   }
 
   int fd_ = -1;
   std::byte* mapping_ = nullptr;
   std::size_t capacity_ = 0;
   mutable std::mutex mutex_;
-  std::map<std::uint64_t, std::size_t> free_;  // offset → length, disjoint, never adjacent
-  std::map<std::uint64_t, allocation> live_;   // offset → allocation
-  std::size_t in_use_ = 0;
+  detail::first_fit_arena arena_;            // offsets into the memfd
+  std::map<std::uint64_t, allocation> live_;  // offset → allocation
   mutable std::atomic<std::uint64_t> d2h_bytes_{0};
   mutable std::atomic<std::uint64_t> d2h_calls_{0};
   mutable std::atomic<std::uint64_t> h2d_bytes_{0};
