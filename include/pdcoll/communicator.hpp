@@ -1,0 +1,441 @@
+// File: communicator.hpp — a group of ranks: its transport endpoint, its
+// progress engine, collective sequence numbers, deadlines and abort state.
+//
+// Progress: operations complete from the transport's completion queue. While
+// a communicator has operations pending and no progress thread, it registers
+// itself as a progress driver with pdcoll's run loop, so that
+// `sync_wait(all_reduce(...))` on one thread polls the transport briefly and
+// then blocks on its wait object. With `progress_thread = true` a thread of
+// the communicator drives progress instead (for runtimes that compute while
+// collectives run).
+//
+// Failure: every operation has a deadline (options.timeout, PDCOLL_TIMEOUT_MS,
+// or a per-operation override). When a deadline passes, a peer is lost, or a
+// rank sees a collective mismatch, the communicator aborts: it tells every
+// peer (a control message), every pending operation completes with the
+// reason, and every later operation completes at once with errc::aborted.
+#pragma once
+
+#include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/log.hpp>
+#include <pdcoll/detail/tags.hpp>
+#include <pdcoll/error.hpp>
+#include <pdcoll/exec/run_loop.hpp>
+#include <pdcoll/registration/registration_cache.hpp>
+#include <pdcoll/result.hpp>
+#include <pdcoll/transport/endpoint.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pdcoll {
+
+class communicator;
+
+/// How a communicator behaves; defaults come from the environment.
+struct communicator_options {
+  /// Deadline of every operation unless overridden (PDCOLL_TIMEOUT_MS, default 60 s).
+  std::chrono::milliseconds timeout = default_timeout();
+  /// Run a progress thread (PDCOLL_PROGRESS_THREAD=1). Otherwise whoever
+  /// waits (sync_wait, run_loop::run) drives progress.
+  bool progress_thread = env_flag("PDCOLL_PROGRESS_THREAD");
+  /// Cache fabric registrations (PDCOLL_REGISTRATION_CACHE=0 turns it off:
+  /// register and deregister around every operation).
+  bool cache_registrations = !env_is_zero("PDCOLL_REGISTRATION_CACHE");
+
+  /// PDCOLL_TIMEOUT_MS or 60 s.
+  static std::chrono::milliseconds default_timeout() noexcept {
+    if (const char* v = std::getenv("PDCOLL_TIMEOUT_MS")) {
+      char* end = nullptr;
+      long long ms = std::strtoll(v, &end, 10);
+      if (end != v && *end == '\0' && ms > 0) return std::chrono::milliseconds(ms);
+    }
+    return std::chrono::seconds(60);
+  }
+  /// True when the variable is set to something other than "0".
+  static bool env_flag(const char* name) noexcept {
+    const char* v = std::getenv(name);
+    return v && *v && std::string(v) != "0";
+  }
+  /// True when the variable is set to "0".
+  static bool env_is_zero(const char* name) noexcept {
+    const char* v = std::getenv(name);
+    return v && std::string(v) == "0";
+  }
+};
+
+namespace detail {
+
+/// An operation in flight on a communicator (collective or point-to-point).
+class operation_base {
+ public:
+  /// Cancels every outstanding transfer; their completions finish the operation.
+  virtual void cancel_outstanding() noexcept = 0;
+
+  std::chrono::steady_clock::time_point deadline{};
+  std::atomic<bool> stop_requested{false};
+  operation_base* prev_active = nullptr;
+  operation_base* next_active = nullptr;
+  bool timed_out = false;
+
+ protected:
+  ~operation_base() = default;
+};
+
+}  // namespace detail
+
+/// The registration cache a communicator keeps for its endpoint.
+using fabric_registration_cache = registration::registration_cache<registration::endpoint_registrar>;
+
+/// A fabric registration held by an operation for as long as it runs: a pin
+/// on a cached entry, or (cache off) a registration of its own that is
+/// released with the lease.
+class registration_lease {
+ public:
+  registration_lease() = default;
+  /// A pin on a cache entry.
+  explicit registration_lease(fabric_registration_cache::pinned_registration pinned) noexcept
+      : pinned_(std::move(pinned)), descriptor_(pinned_.handle().descriptor) {}
+  /// An uncached registration of `ep`, deregistered on release.
+  registration_lease(transport::endpoint& ep, transport::registration_handle handle) noexcept
+      : endpoint_(&ep), direct_(handle), descriptor_(handle.descriptor) {}
+  registration_lease(registration_lease&& o) noexcept
+      : pinned_(std::move(o.pinned_)),
+        endpoint_(std::exchange(o.endpoint_, nullptr)),
+        direct_(o.direct_),
+        descriptor_(o.descriptor_) {}
+  registration_lease& operator=(registration_lease&& o) noexcept {
+    if (this != &o) {
+      release();
+      pinned_ = std::move(o.pinned_);
+      endpoint_ = std::exchange(o.endpoint_, nullptr);
+      direct_ = o.direct_;
+      descriptor_ = o.descriptor_;
+    }
+    return *this;
+  }
+  ~registration_lease() { release(); }
+  /// The descriptor to pass with transfers.
+  void* descriptor() const noexcept { return descriptor_; }
+  /// Unpins or deregisters now.
+  void release() noexcept {
+    pinned_ = {};
+    if (endpoint_) std::exchange(endpoint_, nullptr)->deregister(direct_);
+  }
+
+ private:
+  fabric_registration_cache::pinned_registration pinned_;
+  transport::endpoint* endpoint_ = nullptr;
+  transport::registration_handle direct_{};
+  void* descriptor_ = nullptr;
+};
+
+/// A group of ranks that run collectives together. Create one per job (or per
+/// sub-group) and share it; it is not copyable or movable (operations point
+/// to it). Thread-safe: operations may be started from any thread.
+class communicator final : private exec::progress_driver {
+ public:
+  /// Takes ownership of a connected endpoint.
+  explicit communicator(std::unique_ptr<transport::endpoint> endpoint, communicator_options options = {})
+      : endpoint_(std::move(endpoint)), options_(options) {
+    rank_ = endpoint_->rank();
+    world_size_ = endpoint_->world_size();
+    notices_.resize(static_cast<std::size_t>(world_size_));
+    if (options_.cache_registrations) cache_.emplace(registrar_);
+    post_control_receive();
+    if (options_.progress_thread) {
+      progress_thread_ = std::thread([this] { run_progress_thread(); });
+    }
+    detail::log(detail::log_level::info, rank_,
+                "communicator up: " + endpoint_->name() + ", " + std::to_string(world_size_) +
+                    " ranks, timeout " + std::to_string(options_.timeout.count()) + " ms" +
+                    (options_.progress_thread ? ", progress thread" : ""));
+  }
+
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+
+  /// Ends the communicator. Operations still pending are aborted and drained
+  /// (bounded by one second) before the endpoint closes.
+  ~communicator() {
+    if (progress_thread_.joinable()) {
+      stop_thread_.store(true);
+      progress_thread_.join();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (active_) abort_locked(make_error_code(errc::aborted), false);
+      endpoint_->cancel(&control_ctx_);
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while ((control_posted_ || active_ || notices_in_flight_) && std::chrono::steady_clock::now() < until) {
+      std::lock_guard lock(mutex_);
+      if (endpoint_->progress() == 0) endpoint_->wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+    }
+    if (driver_registered_) exec::progress_drivers::unregister_driver(this);
+    cache_.reset();  // deregisters before the endpoint closes
+  }
+
+  /// This rank, in [0, world_size()).
+  int rank() const noexcept { return rank_; }
+  /// Number of ranks.
+  int world_size() const noexcept { return world_size_; }
+  /// The transport's name, e.g. "libfabric:shm".
+  std::string transport_name() const { return endpoint_->name(); }
+  /// How this communicator's transport moves memory of `kind`.
+  transport::data_path path_for(transport::memory_kind kind) const noexcept { return endpoint_->path_for(kind); }
+  /// The options in force.
+  const communicator_options& options() const noexcept { return options_; }
+
+  /// True once the communicator was aborted.
+  bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+  /// Why it was aborted (empty when it was not).
+  std::error_code abort_reason() const {
+    std::lock_guard lock(mutex_);
+    return abort_reason_;
+  }
+  /// Aborts: every pending operation completes with `reason`, every later one
+  /// with errc::aborted, and every peer is told so theirs do too.
+  void abort(std::error_code reason = make_error_code(errc::aborted)) {
+    std::lock_guard lock(mutex_);
+    abort_locked(reason, true);
+  }
+
+  /// Polls the transport once and runs what completed; returns whether
+  /// anything happened. Blocks on the transport's wait object up to `until`
+  /// when nothing did. Safe from any thread (one drives at a time).
+  bool drive(std::chrono::steady_clock::time_point until) noexcept override {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      std::this_thread::yield();
+      return false;
+    }
+    service_stop_requests();
+    std::size_t n = endpoint_->progress();
+    check_deadlines();
+    if (n == 0) {
+      auto now = std::chrono::steady_clock::now();
+      auto limit = std::min(until, earliest_deadline_locked());
+      if (limit > now) {
+        endpoint_->wait(limit);
+        n = endpoint_->progress();
+        check_deadlines();
+      }
+    }
+    return n > 0;
+  }
+
+  /// Registers `region` for the duration of an operation (through the cache
+  /// unless options.cache_registrations is off). An empty lease when the
+  /// transport needs no registration for this memory. Under the lock.
+  result<registration_lease> acquire_registration(const transport::memory_region& region) {
+    if (!endpoint_->needs_registration(region.kind) || region.length == 0) return registration_lease{};
+    if (cache_) {
+      auto pinned = cache_->acquire(region);
+      if (!pinned) return pinned.error();
+      return registration_lease(std::move(*pinned));
+    }
+    transport::registration_handle handle;
+    if (auto ec = endpoint_->register_region(region, handle)) return ec;
+    return registration_lease(*endpoint_, handle);
+  }
+  /// Drops cached registrations overlapping `region` (memory domains call
+  /// this when memory is freed; in-use entries go at their last release).
+  void invalidate_registrations(const transport::memory_region& region) {
+    std::lock_guard lock(mutex_);
+    if (cache_) cache_->invalidate(region);
+  }
+  /// The registration cache's statistics (all zero when the cache is off).
+  registration::cache_statistics registration_statistics() const {
+    std::lock_guard lock(mutex_);
+    return cache_ ? cache_->statistics() : registration::cache_statistics{};
+  }
+
+  /// Number of operations in flight.
+  std::size_t pending_operations() const {
+    std::lock_guard lock(mutex_);
+    return active_count_;
+  }
+
+  // ---- for pdcoll's operations (detail) -------------------------------------------------
+
+  /// The endpoint; callers hold the lock from lock().
+  transport::endpoint& endpoint() noexcept { return *endpoint_; }
+  /// The communicator's lock (recursive: completions run under it and may start operations).
+  std::recursive_mutex& mutex() const noexcept { return mutex_; }
+  /// Next collective sequence number; called in start() order, under the lock.
+  std::uint64_t next_sequence() noexcept { return next_seq_++; }
+
+  /// Registers a starting operation; returns errc::aborted (and registers
+  /// nothing) when the communicator is aborted. Under the lock.
+  std::error_code begin_operation(detail::operation_base& op, std::chrono::milliseconds timeout) {
+    if (aborted()) return make_error_code(errc::aborted);
+    op.deadline = std::chrono::steady_clock::now() + timeout;
+    op.next_active = active_;
+    op.prev_active = nullptr;
+    if (active_) active_->prev_active = &op;
+    active_ = &op;
+    if (++active_count_ == 1 && !options_.progress_thread && !driver_registered_) {
+      exec::progress_drivers::register_driver(this);
+      driver_registered_ = true;
+    }
+    return {};
+  }
+  /// Unregisters a finished operation. Under the lock.
+  void end_operation(detail::operation_base& op) noexcept {
+    if (op.prev_active) op.prev_active->next_active = op.next_active;
+    else active_ = op.next_active;
+    if (op.next_active) op.next_active->prev_active = op.prev_active;
+    op.prev_active = op.next_active = nullptr;
+    --active_count_;
+    // The driver stays registered while idle only if aborted notices may still arrive;
+    // unregistering from inside drive() is allowed by the run loop.
+    if (active_count_ == 0 && driver_registered_ && !notices_in_flight_) {
+      exec::progress_drivers::unregister_driver(this);
+      driver_registered_ = false;
+    }
+  }
+  /// Marks `op` as asked to stop (from any thread, without the lock; the
+  /// driving thread cancels its transfers).
+  void request_stop(detail::operation_base& op) noexcept {
+    op.stop_requested.store(true, std::memory_order_release);
+    stop_pending_.store(true, std::memory_order_release);
+  }
+  /// The error an operation ends with after its transfers were cancelled.
+  std::error_code failure_reason(const detail::operation_base& op, std::error_code own) const noexcept {
+    if (op.timed_out) return make_error_code(errc::timeout);
+    if (aborted() && abort_reason_) return abort_reason_;
+    return own;
+  }
+  /// Aborts under the lock (see abort()).
+  void abort_locked(std::error_code reason, bool notify_peers) noexcept {
+    if (aborted()) return;
+    abort_reason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+    detail::log(detail::log_level::warn, rank_, "communicator aborted: " + reason.message());
+    if (notify_peers) send_abort_notices(reason);
+    for (auto* op = active_; op; op = op->next_active) op->cancel_outstanding();
+  }
+
+ private:
+  struct control_context : transport::completion_context {
+    communicator* comm = nullptr;
+  };
+  struct notice_context : transport::completion_context {
+    communicator* comm = nullptr;
+    std::int32_t payload = 0;
+    bool in_flight = false;
+  };
+
+  void post_control_receive() {
+    control_ctx_.comm = this;
+    control_ctx_.on_complete = &on_control_message;
+    std::error_code ec = endpoint_->post_recv(transport::any_peer, &control_payload_, sizeof control_payload_,
+                                              detail::control_tag(), 0, nullptr, &control_ctx_);
+    control_posted_ = !ec;
+  }
+
+  static void on_control_message(transport::completion_context* ctx, const transport::completion& c) noexcept {
+    auto* self = static_cast<control_context*>(ctx)->comm;
+    self->control_posted_ = false;
+    if (c.error) return;  // cancelled at shutdown, or the endpoint failed
+    auto code = static_cast<errc>(self->control_payload_);
+    detail::log(detail::log_level::info, self->rank_,
+                "abort notice from rank " + std::to_string(c.peer) + ": " + make_error_code(code).message());
+    self->abort_locked(make_error_code(code), false);
+    self->post_control_receive();
+  }
+
+  void send_abort_notices(std::error_code reason) noexcept {
+    std::int32_t code = reason.category() == error_category() ? reason.value() : static_cast<int>(errc::aborted);
+    for (int peer = 0; peer < world_size_; ++peer) {
+      if (peer == rank_) continue;
+      auto& n = notices_[static_cast<std::size_t>(peer)];
+      if (n.in_flight) continue;
+      n.comm = this;
+      n.payload = code;
+      n.on_complete = [](transport::completion_context* ctx, const transport::completion&) noexcept {
+        auto* self = static_cast<notice_context*>(ctx);
+        self->in_flight = false;
+        --self->comm->notices_in_flight_;
+      };
+      if (!endpoint_->post_send(peer, &n.payload, sizeof n.payload, detail::control_tag(), nullptr, &n)) {
+        n.in_flight = true;
+        ++notices_in_flight_;
+      }
+    }
+  }
+
+  void service_stop_requests() noexcept {
+    if (!stop_pending_.exchange(false, std::memory_order_acq_rel)) return;
+    for (auto* op = active_; op; op = op->next_active)
+      if (op->stop_requested.load(std::memory_order_acquire)) op->cancel_outstanding();
+  }
+
+  void check_deadlines() noexcept {
+    if (!active_) return;
+    auto now = std::chrono::steady_clock::now();
+    for (auto* op = active_; op; op = op->next_active) {
+      if (!op->timed_out && now >= op->deadline) {
+        op->timed_out = true;
+        detail::log(detail::log_level::warn, rank_, "operation passed its deadline");
+        abort_locked(make_error_code(errc::timeout), true);
+        return;  // abort cancelled everything
+      }
+    }
+  }
+
+  std::chrono::steady_clock::time_point earliest_deadline_locked() const noexcept {
+    auto t = std::chrono::steady_clock::time_point::max();
+    for (auto* op = active_; op; op = op->next_active)
+      if (!op->timed_out) t = std::min(t, op->deadline);
+    return t;
+  }
+
+  void run_progress_thread() {
+    while (!stop_thread_.load(std::memory_order_acquire)) {
+      bool idle;
+      {
+        std::lock_guard lock(mutex_);
+        idle = active_count_ == 0 && !notices_in_flight_;
+      }
+      if (idle) {
+        // Nothing pending: still read control messages, but without burning a core.
+        drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(2));
+      } else {
+        drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      }
+    }
+  }
+
+  std::unique_ptr<transport::endpoint> endpoint_;
+  communicator_options options_;
+  registration::endpoint_registrar registrar_{*endpoint_};
+  std::optional<fabric_registration_cache> cache_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  mutable std::recursive_mutex mutex_;
+  std::atomic<bool> aborted_{false};
+  std::error_code abort_reason_;
+  std::atomic<bool> stop_pending_{false};
+  detail::operation_base* active_ = nullptr;
+  std::size_t active_count_ = 0;
+  bool driver_registered_ = false;
+  std::uint64_t next_seq_ = 0;
+  control_context control_ctx_;
+  std::int32_t control_payload_ = 0;
+  bool control_posted_ = false;
+  std::vector<notice_context> notices_;
+  int notices_in_flight_ = 0;
+  std::thread progress_thread_;
+  std::atomic<bool> stop_thread_{false};
+};
+
+}  // namespace pdcoll

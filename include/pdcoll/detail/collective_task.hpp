@@ -1,0 +1,304 @@
+// File: detail/collective_task.hpp — the coroutine an algorithm is written as,
+// and the batches of transfers it awaits.
+//
+// An algorithm is a coroutine returning `collective_task` (a std::error_code
+// when it ends). It posts transfers in batches and `co_await`s them:
+//
+//     transfer_batch step(ctx);
+//     step.send(right, data, offset, bytes, index);
+//     step.recv(left, scratch, 0, bytes, index);
+//     if (auto ec = co_await step) co_return ec;
+//     ctx.reduce(data, offset, scratch, 0, count);
+//
+// The batch's transfers live in the coroutine frame, so a completion leads
+// straight back to its transfer and batch (no lookup, no allocation per
+// message beyond the batch's own vector). A batch whose transfer fails cancels
+// its siblings and completes only when every transfer has completed: the
+// transport never holds a pointer into a frame that is gone.
+#pragma once
+
+#include <pdcoll/error.hpp>
+#include <pdcoll/transport/endpoint.hpp>
+
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace pdcoll::detail {
+
+/// A buffer as the engine moves it: the fabric address, its size and its
+/// registration descriptor (nullptr when the transport needs none).
+struct buffer_desc {
+  std::byte* address = nullptr;
+  std::size_t bytes = 0;
+  void* descriptor = nullptr;
+};
+
+/// Coroutine type of algorithms and their sub-steps. Lazily started;
+/// `co_await`ing a task runs it to completion (symmetric transfer) and yields
+/// its error code.
+class [[nodiscard]] collective_task {
+ public:
+  struct promise_type;
+  using handle = std::coroutine_handle<promise_type>;
+
+  struct final_awaiter {
+    bool await_ready() const noexcept { return false; }
+    std::coroutine_handle<> await_suspend(handle h) noexcept {
+      auto& p = h.promise();
+      if (p.continuation) return p.continuation;
+      if (p.on_done) p.on_done(p.owner);  // may destroy the frame: touch nothing after
+      return std::noop_coroutine();
+    }
+    void await_resume() const noexcept {}
+  };
+
+  struct promise_type {
+    std::error_code result;
+    std::coroutine_handle<> continuation;
+    void (*on_done)(void* owner) noexcept = nullptr;
+    void* owner = nullptr;
+
+    collective_task get_return_object() noexcept { return collective_task{handle::from_promise(*this)}; }
+    std::suspend_always initial_suspend() const noexcept { return {}; }
+    final_awaiter final_suspend() const noexcept { return {}; }
+    void return_value(std::error_code ec) noexcept { result = ec; }
+    void unhandled_exception() noexcept {
+      try {
+        throw;
+      } catch (const std::system_error& e) {
+        result = e.code();
+      } catch (const std::bad_alloc&) {
+        result = std::make_error_code(std::errc::not_enough_memory);
+      } catch (...) {
+        result = make_error_code(errc::invalid_argument);
+      }
+    }
+  };
+
+  collective_task() = default;
+  explicit collective_task(handle h) noexcept : h_(h) {}
+  collective_task(collective_task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  collective_task& operator=(collective_task&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, {});
+    }
+    return *this;
+  }
+  ~collective_task() { reset(); }
+
+  /// Awaiting a sub-task runs it and yields its result.
+  auto operator co_await() && noexcept {
+    struct awaiter {
+      handle child;
+      bool await_ready() const noexcept { return !child; }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<> parent) noexcept {
+        child.promise().continuation = parent;
+        return child;
+      }
+      std::error_code await_resume() const noexcept { return child ? child.promise().result : std::error_code{}; }
+    };
+    return awaiter{h_};
+  }
+
+  /// Starts a top-level task; `on_done(owner)` runs when it finishes.
+  void start(void (*on_done)(void*) noexcept, void* owner) noexcept {
+    h_.promise().on_done = on_done;
+    h_.promise().owner = owner;
+    h_.resume();
+  }
+  /// The finished task's result.
+  std::error_code result() const noexcept { return h_.promise().result; }
+  /// Destroys the frame (only when not running).
+  void reset() noexcept {
+    if (h_) h_.destroy();
+    h_ = {};
+  }
+  explicit operator bool() const noexcept { return static_cast<bool>(h_); }
+
+ private:
+  handle h_;
+};
+
+class transfer_batch;
+
+/// What a batch needs from the operation that owns it.
+class batch_owner {
+ public:
+  /// The endpoint transfers are posted on.
+  virtual transport::endpoint& endpoint() noexcept = 0;
+  /// Tag of message `index` of this operation.
+  virtual std::uint64_t tag_for(std::uint32_t index) const noexcept = 0;
+  /// Bits a receive ignores (checked by check_received).
+  virtual std::uint64_t receive_ignore_bits() const noexcept = 0;
+  /// Validates a received message's tag (signature) and size.
+  virtual std::error_code check_received(const transport::completion& c, std::size_t expected) const noexcept = 0;
+  /// Called when a batch posts / finishes, so an abort can cancel what is outstanding.
+  virtual void batch_posted(transfer_batch& b) noexcept = 0;
+  virtual void batch_finished(transfer_batch& b) noexcept = 0;
+
+ protected:
+  ~batch_owner() = default;
+};
+
+/// A set of sends and receives posted together and awaited together.
+class transfer_batch {
+ public:
+  /// A batch of `owner`'s operation; `expected_transfers` reserves space.
+  explicit transfer_batch(batch_owner& owner, std::size_t expected_transfers = 2) : owner_(&owner) {
+    transfers_.reserve(expected_transfers);
+  }
+  transfer_batch(const transfer_batch&) = delete;
+  transfer_batch& operator=(const transfer_batch&) = delete;
+  /// Algorithms await every batch they post. Should one be left outstanding
+  /// (an early return on an error path), its transfers are cancelled and
+  /// drained here, bounded by one second, because the transport still points
+  /// into this object.
+  ~transfer_batch() {
+    if (!posted_ || remaining_ == 0) return;
+    cancel();
+    auto& ep = owner_->endpoint();
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (remaining_ != 0 && std::chrono::steady_clock::now() < until) {
+      if (ep.progress() == 0) ep.wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+    }
+    if (linked_) owner_->batch_finished(*this);
+  }
+
+  /// Adds a send of `bytes` at `buf.address + offset` to `peer` as message `index`.
+  void send(int peer, const buffer_desc& buf, std::size_t offset, std::size_t bytes, std::uint32_t index) {
+    add(false, peer, buf, offset, bytes, index);
+  }
+  /// Adds a receive of exactly `bytes` into `buf.address + offset` from `peer` as message `index`.
+  void recv(int peer, const buffer_desc& buf, std::size_t offset, std::size_t bytes, std::uint32_t index) {
+    add(true, peer, buf, offset, bytes, index);
+  }
+  /// True when nothing was added.
+  bool empty() const noexcept { return transfers_.empty(); }
+
+  /// Posts every transfer now (await later). Posting twice is a no-op.
+  void post() noexcept {
+    if (posted_) return;
+    posted_ = true;
+    remaining_ = transfers_.size();
+    if (remaining_ == 0) return;
+    owner_->batch_posted(*this);
+    linked_ = true;
+    auto& ep = owner_->endpoint();
+    for (auto& t : transfers_) {
+      if (error_) {  // an earlier post failed: the rest are never posted
+        t.done = true;
+        if (--remaining_ == 0) finish();
+        continue;
+      }
+      std::error_code ec =
+          t.receive ? ep.post_recv(t.peer, t.address, t.bytes, owner_->tag_for(t.index),
+                                   owner_->receive_ignore_bits(), t.descriptor, &t)
+                    : ep.post_send(t.peer, t.address, t.bytes, owner_->tag_for(t.index), t.descriptor, &t);
+      if (ec) {
+        t.done = true;
+        fail(ec);
+        if (--remaining_ == 0) finish();
+      }
+    }
+  }
+
+  /// Cancels every outstanding transfer (their completions still arrive).
+  void cancel() noexcept {
+    if (!posted_) return;
+    auto& ep = owner_->endpoint();
+    for (auto& t : transfers_)
+      if (!t.done) ep.cancel(&t);
+  }
+
+  /// True once every posted transfer completed.
+  bool done() const noexcept { return posted_ && remaining_ == 0; }
+  /// The first error among the transfers.
+  std::error_code error() const noexcept { return error_; }
+
+  /// Awaiting posts the batch (if needed) and resumes when all transfers completed.
+  auto operator co_await() noexcept {
+    struct awaiter {
+      transfer_batch& b;
+      bool await_ready() noexcept {
+        b.post();
+        return b.done();
+      }
+      void await_suspend(std::coroutine_handle<> h) noexcept { b.waiter_ = h; }
+      std::error_code await_resume() const noexcept { return b.error_; }
+    };
+    return awaiter{*this};
+  }
+
+  /// Intrusive link for the owner's list of outstanding batches.
+  transfer_batch* next_outstanding = nullptr;
+  transfer_batch* prev_outstanding = nullptr;
+
+ private:
+  struct transfer : transport::completion_context {
+    transfer_batch* batch = nullptr;
+    bool receive = false;
+    bool done = false;
+    int peer = 0;
+    std::uint32_t index = 0;
+    void* address = nullptr;
+    std::size_t bytes = 0;
+    void* descriptor = nullptr;
+  };
+
+  void add(bool receive, int peer, const buffer_desc& buf, std::size_t offset, std::size_t bytes,
+           std::uint32_t index) {
+    if (posted_) throw std::logic_error("pdcoll: transfer added to a batch after it was posted");
+    auto& t = transfers_.emplace_back();
+    t.on_complete = &on_transfer_complete;
+    t.batch = this;
+    t.receive = receive;
+    t.peer = peer;
+    t.index = index;
+    t.address = buf.address + offset;
+    t.bytes = bytes;
+    t.descriptor = buf.descriptor;
+  }
+
+  static void on_transfer_complete(transport::completion_context* ctx, const transport::completion& c) noexcept {
+    auto* t = static_cast<transfer*>(ctx);
+    auto* b = t->batch;
+    t->done = true;
+    std::error_code ec = c.error;
+    if (!ec && t->receive) ec = b->owner_->check_received(c, t->bytes);
+    if (ec) b->fail(ec);
+    if (--b->remaining_ == 0) b->finish();
+  }
+
+  void fail(std::error_code ec) noexcept {
+    if (error_) return;
+    error_ = ec;
+    cancel();
+  }
+
+  void finish() noexcept {
+    if (linked_) {
+      linked_ = false;
+      owner_->batch_finished(*this);
+    }
+    if (auto h = std::exchange(waiter_, {})) h.resume();
+  }
+
+  batch_owner* owner_;
+  std::vector<transfer> transfers_;
+  std::size_t remaining_ = 0;
+  bool posted_ = false;
+  bool linked_ = false;
+  std::error_code error_;
+  std::coroutine_handle<> waiter_;
+};
+
+}  // namespace pdcoll::detail

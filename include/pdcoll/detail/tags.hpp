@@ -1,0 +1,70 @@
+// File: detail/tags.hpp — how pdcoll lays out the 64-bit transport tag.
+//
+//   63..62  class: collective data, user point-to-point, control
+//   61..40  collective sequence number (wraps; ranks issue collectives in order)
+//   39..24  signature of the collective (kind, count, type, op, root)
+//   23..0   message index inside the collective
+//
+// Receives ignore the signature bits and check them on completion: a message
+// of another collective or count completes the receive with
+// errc::collective_mismatch instead of silently matching wrong data.
+#pragma once
+
+#include <cstdint>
+
+namespace pdcoll::detail {
+
+/// The three kinds of traffic that share one endpoint.
+enum class tag_class : std::uint64_t { collective = 0, point_to_point = 1, control = 2 };
+
+inline constexpr int tag_class_shift = 62;
+inline constexpr int tag_seq_shift = 40;
+inline constexpr int tag_signature_shift = 24;
+inline constexpr std::uint64_t tag_seq_mask = (std::uint64_t{1} << 22) - 1;
+inline constexpr std::uint64_t tag_signature_mask = 0xffff;
+inline constexpr std::uint64_t tag_index_mask = (std::uint64_t{1} << 24) - 1;
+/// The bits a collective receive ignores (then checks itself).
+inline constexpr std::uint64_t tag_signature_bits = tag_signature_mask << tag_signature_shift;
+
+/// Tag of message `index` of collective `seq` with `signature`.
+constexpr std::uint64_t collective_tag(std::uint64_t seq, std::uint16_t signature, std::uint64_t index) noexcept {
+  return (static_cast<std::uint64_t>(tag_class::collective) << tag_class_shift) |
+         ((seq & tag_seq_mask) << tag_seq_shift) |
+         (static_cast<std::uint64_t>(signature) << tag_signature_shift) | (index & tag_index_mask);
+}
+
+/// The signature bits carried by a tag.
+constexpr std::uint16_t tag_signature(std::uint64_t tag) noexcept {
+  return static_cast<std::uint16_t>((tag >> tag_signature_shift) & tag_signature_mask);
+}
+
+/// Tag of a user point-to-point message with user tag `user_tag`.
+constexpr std::uint64_t point_to_point_tag(std::uint32_t user_tag) noexcept {
+  return (static_cast<std::uint64_t>(tag_class::point_to_point) << tag_class_shift) | user_tag;
+}
+
+/// Tag of control traffic (abort notices).
+constexpr std::uint64_t control_tag() noexcept {
+  return static_cast<std::uint64_t>(tag_class::control) << tag_class_shift;
+}
+
+/// 16-bit signature of a collective: FNV-1a over its defining fields. Two
+/// different collectives collide with probability 2^-16 per message.
+constexpr std::uint16_t collective_signature(std::uint32_t kind, std::uint64_t count, std::uint32_t type,
+                                             std::uint32_t op, std::int32_t root) noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(kind);
+  mix(count);
+  mix(type);
+  mix(op);
+  mix(static_cast<std::uint32_t>(root));
+  return static_cast<std::uint16_t>(h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48));
+}
+
+}  // namespace pdcoll::detail

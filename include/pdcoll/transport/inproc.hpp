@@ -1,0 +1,247 @@
+// File: transport/inproc.hpp — the transport::endpoint contract over threads
+// of one process, for fast unit tests of algorithms and communicators.
+//
+// Messages are copied eagerly: a send matches a posted receive (copy into the
+// user's buffer) or is buffered as unexpected, and completes at once. Every
+// completion is queued on its owner's endpoint and delivered from progress(),
+// as the contract requires. `fabric::kill(rank)` makes a rank vanish, so peer
+// failure paths can be tested without processes.
+#pragma once
+
+#include <pdcoll/error.hpp>
+#include <pdcoll/transport/endpoint.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace pdcoll::transport::inproc {
+
+namespace detail {
+
+struct posted_receive {
+  int peer;
+  void* buffer;
+  std::size_t length;
+  std::uint64_t tag;
+  std::uint64_t ignore;
+  completion_context* ctx;
+};
+
+struct unexpected_message {
+  int peer;
+  std::uint64_t tag;
+  std::vector<unsigned char> payload;
+};
+
+struct queued_completion {
+  completion_context* ctx;
+  completion result;
+};
+
+inline bool tags_match(std::uint64_t want, std::uint64_t ignore, std::uint64_t got) noexcept {
+  return ((want ^ got) & ~ignore) == 0;
+}
+
+// One rank's matching state and completion queue, shared with the senders.
+struct mailbox {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::list<posted_receive> posted;
+  std::deque<unexpected_message> unexpected;
+  std::vector<queued_completion> completions;
+  bool dead = false;
+
+  void push_completion(completion_context* ctx, completion result) {
+    completions.push_back({ctx, std::move(result)});
+    ready.notify_all();
+  }
+};
+
+}  // namespace detail
+
+/// The shared "wire" between the endpoints of one in-process job.
+/// Cost: one mutex per rank; every message is one memcpy (two if unexpected).
+class fabric : public std::enable_shared_from_this<fabric> {
+ public:
+  /// Creates the fabric for `world_size` ranks; obtain endpoints with endpoint_for().
+  static std::shared_ptr<fabric> create(int world_size) {
+    return std::shared_ptr<fabric>(new fabric(world_size));
+  }
+  /// The endpoint of `rank` (create each rank's endpoint once).
+  std::unique_ptr<endpoint> endpoint_for(int rank);
+  /// Simulates the death of `rank`: its pending and future receives never
+  /// match, sends to it and receives from it complete with errc::peer_lost.
+  void kill(int rank) {
+    std::vector<int> others;
+    {
+      auto& box = *boxes_[rank];
+      std::lock_guard lock(box.mutex);
+      box.dead = true;
+    }
+    for (int r = 0; r < world_size_; ++r) {
+      if (r == rank) continue;
+      auto& box = *boxes_[r];
+      std::lock_guard lock(box.mutex);
+      for (auto it = box.posted.begin(); it != box.posted.end();) {
+        if (it->peer == rank) {
+          box.push_completion(it->ctx, {make_error_code(errc::peer_lost), 0, 0, rank});
+          it = box.posted.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  /// Number of ranks.
+  int world_size() const noexcept { return world_size_; }
+
+ private:
+  friend class inproc_endpoint;
+  explicit fabric(int world_size) : world_size_(world_size) {
+    for (int i = 0; i < world_size; ++i) boxes_.push_back(std::make_unique<detail::mailbox>());
+  }
+  int world_size_;
+  std::vector<std::unique_ptr<detail::mailbox>> boxes_;
+};
+
+/// One rank's endpoint on an inproc fabric.
+class inproc_endpoint final : public endpoint {
+ public:
+  inproc_endpoint(std::shared_ptr<fabric> f, int rank) : fabric_(std::move(f)), rank_(rank) {}
+
+  int rank() const noexcept override { return rank_; }
+  int world_size() const noexcept override { return fabric_->world_size_; }
+  std::string name() const override { return "inproc"; }
+
+  std::error_code post_send(int peer, const void* buffer, std::size_t length, std::uint64_t tag,
+                            void*, completion_context* ctx) noexcept override {
+    if (peer < 0 || peer >= world_size()) return make_error_code(errc::root_out_of_range);
+    auto& own = mine();
+    auto& box = *fabric_->boxes_[peer];
+    completion send_result{{}, length, tag, peer};
+    {
+      std::lock_guard lock(box.mutex);
+      if (box.dead) {
+        send_result.error = make_error_code(errc::peer_lost);
+      } else {
+        auto it = std::find_if(box.posted.begin(), box.posted.end(), [&](const detail::posted_receive& r) {
+          return (r.peer == rank_ || r.peer == any_peer) && detail::tags_match(r.tag, r.ignore, tag);
+        });
+        if (it != box.posted.end()) {
+          completion recv_result{{}, length, tag, rank_};
+          if (length > it->length) {
+            recv_result.error = make_error_code(errc::collective_mismatch);
+          } else if (length != 0) {
+            std::memcpy(it->buffer, buffer, length);
+          }
+          box.push_completion(it->ctx, recv_result);
+          box.posted.erase(it);
+        } else {
+          try {
+            auto bytes = static_cast<const unsigned char*>(buffer);
+            box.unexpected.push_back({rank_, tag, std::vector<unsigned char>(bytes, bytes + length)});
+          } catch (const std::bad_alloc&) {
+            return std::make_error_code(std::errc::not_enough_memory);
+          }
+        }
+      }
+    }
+    std::lock_guard lock(own.mutex);
+    own.push_completion(ctx, send_result);
+    return {};
+  }
+
+  std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag,
+                            std::uint64_t ignore, void*, completion_context* ctx) noexcept override {
+    if (peer != any_peer && (peer < 0 || peer >= world_size())) return make_error_code(errc::root_out_of_range);
+    auto& box = mine();
+    std::lock_guard lock(box.mutex);
+    auto it = std::find_if(box.unexpected.begin(), box.unexpected.end(), [&](const detail::unexpected_message& m) {
+      return (peer == any_peer || m.peer == peer) && detail::tags_match(tag, ignore, m.tag);
+    });
+    if (it != box.unexpected.end()) {
+      completion result{{}, it->payload.size(), it->tag, it->peer};
+      if (it->payload.size() > length) {
+        result.error = make_error_code(errc::collective_mismatch);
+      } else if (!it->payload.empty()) {
+        std::memcpy(buffer, it->payload.data(), it->payload.size());
+      }
+      box.unexpected.erase(it);
+      box.push_completion(ctx, result);
+      return {};
+    }
+    if (peer != any_peer && fabric_->boxes_[peer]->dead) {
+      box.push_completion(ctx, {make_error_code(errc::peer_lost), 0, 0, peer});
+      return {};
+    }
+    try {
+      box.posted.push_back({peer, buffer, length, tag, ignore, ctx});
+    } catch (const std::bad_alloc&) {
+      return std::make_error_code(std::errc::not_enough_memory);
+    }
+    return {};
+  }
+
+  void cancel(completion_context* ctx) noexcept override {
+    // Sends complete eagerly, so only a posted, unmatched receive can be cancelled.
+    auto& box = mine();
+    std::lock_guard lock(box.mutex);
+    auto it = std::find_if(box.posted.begin(), box.posted.end(),
+                           [&](const detail::posted_receive& r) { return r.ctx == ctx; });
+    if (it == box.posted.end()) return;
+    box.push_completion(ctx, {std::make_error_code(std::errc::operation_canceled), 0, 0, it->peer});
+    box.posted.erase(it);
+  }
+
+  std::size_t progress() noexcept override {
+    auto& box = mine();
+    {
+      std::lock_guard lock(box.mutex);
+      if (box.completions.empty()) return 0;
+      ready_.swap(box.completions);
+    }
+    // Completions run without the lock: their handlers post new operations.
+    for (auto& c : ready_) c.ctx->on_complete(c.ctx, c.result);
+    std::size_t n = ready_.size();
+    ready_.clear();
+    return n;
+  }
+
+  void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
+    auto& box = mine();
+    std::unique_lock lock(box.mutex);
+    box.ready.wait_until(lock, deadline, [&] { return !box.completions.empty(); });
+  }
+
+  data_path path_for(memory_kind kind) const noexcept override {
+    // Threads share one address space: host and emulated device memory are
+    // both reachable directly (the emulated device's mapping is the "DMA" target).
+    return kind == memory_kind::gaudi ? data_path::host_staged
+           : kind == memory_kind::host ? data_path::host
+                                       : data_path::hmem_iface;
+  }
+  bool needs_registration(memory_kind) const noexcept override { return false; }
+  std::error_code register_region(const memory_region& region, registration_handle& out) noexcept override {
+    out = registration_handle{nullptr, reinterpret_cast<std::uintptr_t>(region.address), nullptr};
+    return {};
+  }
+  void deregister(registration_handle& handle) noexcept override { handle = {}; }
+
+ private:
+  detail::mailbox& mine() noexcept { return *fabric_->boxes_[rank_]; }
+  std::shared_ptr<fabric> fabric_;
+  int rank_;
+  std::vector<detail::queued_completion> ready_;
+};
+
+inline std::unique_ptr<endpoint> fabric::endpoint_for(int rank) {
+  return std::make_unique<inproc_endpoint>(shared_from_this(), rank);
+}
+
+}  // namespace pdcoll::transport::inproc
