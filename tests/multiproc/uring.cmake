@@ -1,0 +1,24 @@
+# uring_tcp transport: multi-process tests. The ranks are forked by
+# tests/multiproc/fork_harness.hpp (the "store" case exchanges addresses
+# through the bootstrap rendezvous store); each ctest entry runs one case.
+add_executable(uring_multiproc
+  ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/uring_transport.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/doctest_main.cpp)
+target_link_libraries(uring_multiproc PRIVATE pdcoll::pdcoll doctest::doctest)
+target_include_directories(uring_multiproc PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+
+set(PDCOLL_URING_CASES
+  "pingpong|ping-pong from 0 bytes to 64 MiB*|120"
+  "outstanding|four ranks keep hundreds of messages*|120"
+  "matching|across processes: out-of-order tags*|60"
+  "peer_killed|a peer killed with SIGKILL*|120"
+  "store|the mesh builds through the bootstrap rendezvous store*|60"
+  "bandwidth|bandwidth of 64 MiB transfers*|400")
+foreach(entry IN LISTS PDCOLL_URING_CASES)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 what)
+  list(GET parts 1 filter)
+  list(GET parts 2 seconds)
+  add_test(NAME multiproc.uring.${what} COMMAND uring_multiproc "--test-case=${filter}")
+  set_tests_properties(multiproc.uring.${what} PROPERTIES LABELS "multiproc;uring" TIMEOUT ${seconds})
+endforeach()
