@@ -1,0 +1,139 @@
+// Unit tests: the progress-driver hook. sync_wait on one thread completes an
+// operation that only a registered driver can complete, with no extra thread.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "pdcoll/exec/exec.hpp"
+#include "unit/exec_support.hpp"
+
+namespace ex = pdcoll::exec;
+namespace test = pdcoll::exec::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A fake transport: completes its slot's operation from drive() after a few
+/// polls, on whatever thread drives it.
+struct fake_network final : ex::progress_driver {
+  test::external_slot* slot = nullptr;
+  int polls_before_completion = 3;
+  std::atomic<int> polls{0};
+  std::thread::id driven_on{};
+  bool unregister_on_completion = false;
+
+  bool drive(std::chrono::steady_clock::time_point) noexcept override {
+    driven_on = std::this_thread::get_id();
+    if (++polls < polls_before_completion) return false;
+    if (slot == nullptr || !slot->fire(42)) return false;
+    if (unregister_on_completion) ex::progress_drivers::unregister_driver(this);
+    return true;
+  }
+};
+
+/// Unregisters a driver at scope exit, so a failing check cannot leave a
+/// dangling driver in the process-wide registry.
+struct registration {
+  ex::progress_driver* driver;
+  explicit registration(ex::progress_driver* d) : driver(d) { ex::progress_drivers::register_driver(d); }
+  ~registration() { ex::progress_drivers::unregister_driver(driver); }
+};
+
+}  // namespace
+
+TEST_SUITE("exec.progress") {
+
+TEST_CASE("sync_wait completes an operation that only a progress driver completes, on the calling thread") {
+  test::external_slot slot;
+  fake_network network;
+  network.slot = &slot;
+  registration reg{&network};
+  CHECK(ex::progress_drivers::size() == 1);
+  auto [v] = *ex::sync_wait(test::external_sender{&slot} | ex::then([](int x) { return x + 1; }));
+  CHECK(v == 43);
+  CHECK(network.polls >= 3);
+  CHECK(network.driven_on == std::this_thread::get_id());
+}
+
+TEST_CASE("a driver that unregisters itself from inside drive does not deadlock") {
+  test::external_slot slot;
+  fake_network network;
+  network.slot = &slot;
+  network.unregister_on_completion = true;
+  ex::progress_drivers::register_driver(&network);
+  auto [v] = *ex::sync_wait(test::external_sender{&slot});
+  CHECK(v == 42);
+  CHECK(ex::progress_drivers::size() == 0);
+}
+
+TEST_CASE("registering a driver twice keeps one registration") {
+  fake_network network;
+  registration reg{&network};
+  ex::progress_drivers::register_driver(&network);
+  CHECK(ex::progress_drivers::size() == 1);
+}
+
+TEST_CASE("drive_progress_once returns false at once when no driver is registered") {
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(ex::drive_progress_once(t0 + 1s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 500ms);
+}
+
+TEST_CASE("drive_progress_once lets a caller without a run_loop wait for a driver's completion") {
+  test::external_slot slot;
+  fake_network network;
+  network.slot = &slot;
+  network.polls_before_completion = 1;
+  registration reg{&network};
+  test::record rec;
+  auto op = ex::connect(test::external_sender{&slot}, test::recording_receiver{&rec});
+  ex::start(op);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!rec.done && std::chrono::steady_clock::now() < deadline) {
+    ex::drive_progress_once(std::chrono::steady_clock::now() + 1ms);
+  }
+  CHECK(rec.value == 42);
+}
+
+TEST_CASE("unregistering a driver from another thread waits for its drive call to return") {
+  struct slow_driver final : ex::progress_driver {
+    std::atomic<bool> inside{false};
+    std::atomic<bool> returned{false};
+    bool drive(std::chrono::steady_clock::time_point) noexcept override {
+      inside = true;
+      std::this_thread::sleep_for(20ms);
+      returned = true;
+      return false;
+    }
+  } driver;
+  ex::progress_drivers::register_driver(&driver);
+  std::thread poller([] { ex::drive_progress_once(std::chrono::steady_clock::now() + 1ms); });
+  REQUIRE(test::wait_for([&] { return driver.inside.load(); }));
+  ex::progress_drivers::unregister_driver(&driver);
+  CHECK(driver.returned);
+  poller.join();
+}
+
+TEST_CASE("a run_loop idle in its drivers still runs work pushed from another thread promptly") {
+  fake_network idle;  // never completes anything
+  registration reg{&idle};
+  ex::run_loop loop;
+  test::record rec;
+  auto op = ex::connect(ex::schedule(loop.get_scheduler()) | ex::then([&]() noexcept { loop.finish(); }),
+                        test::recording_receiver{&rec});
+  std::thread pusher([&] {
+    std::this_thread::sleep_for(5ms);
+    ex::start(op);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  loop.run();
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  pusher.join();
+  CHECK(rec.completions == 1);
+  CHECK(idle.polls > 0);
+  CHECK(elapsed < 1s);
+}
+
+}  // TEST_SUITE
