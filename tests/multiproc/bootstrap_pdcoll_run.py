@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Behaviour tests of tools/pdcoll-run: exit statuses, the grace period,
+signal forwarding, output prefixing and the environment it gives ranks.
+
+    bootstrap_pdcoll_run.py PATH/TO/pdcoll-run
+
+Each case runs pdcoll-run with small shell programs under a deadline, so a
+broken launcher fails the test instead of hanging it.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+RUN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "tools", "pdcoll-run")
+failures = []
+
+
+def run(args, deadline=30, **kw):
+    start = time.monotonic()
+    proc = subprocess.run([RUN] + args, capture_output=True, timeout=deadline, **kw)
+    return proc, time.monotonic() - start
+
+
+def check(condition, what, proc=None):
+    print(("ok   " if condition else "FAIL ") + what)
+    if not condition:
+        if proc is not None:
+            print("  stdout:", proc.stdout.decode(errors="replace")[-2000:])
+            print("  stderr:", proc.stderr.decode(errors="replace")[-2000:])
+        failures.append(what)
+
+
+def test_all_ranks_succeed_and_get_their_environment():
+    proc, _ = run(["-n", "3", "sh", "-c",
+                   'echo "$PDCOLL_RANK $PDCOLL_WORLD_SIZE $PDCOLL_LOCAL_RANK $PDCOLL_LOCAL_SIZE $PDCOLL_ROOT '
+                   '$PDCOLL_TOKEN ${RANK:-none}"'], env=dict(os.environ, RANK="9"))
+    check(proc.returncode == 0, "pdcoll-run exits 0 when every rank exits 0", proc)
+    lines = sorted(proc.stdout.decode().splitlines())
+    check(len(lines) == 3, "one line per rank", proc)
+    fields = [line.split() for line in lines]
+    check(all(f[0] == f"[{r}]" and f[1] == str(r) and f[2] == "3" and f[3] == str(r) and f[4] == "3"
+              for r, f in enumerate(fields)), "each rank gets its PDCOLL_RANK, WORLD_SIZE and LOCAL_*", proc)
+    check(len({f[5] for f in fields}) == 1 and re.fullmatch(r"127\.0\.0\.1:\d+", fields[0][5]) is not None,
+          "every rank gets the same PDCOLL_ROOT on loopback", proc)
+    check(len({f[6] for f in fields}) == 1 and re.fullmatch(r"[0-9a-f]{32}", fields[0][6]) is not None,
+          "every rank gets the same random hex PDCOLL_TOKEN", proc)
+    check(all(f[7] == "none" for f in fields), "another launcher's RANK is removed", proc)
+
+
+def test_failing_rank_status_and_grace():
+    proc, took = run(["-n", "3", "--grace", "1", "sh", "-c",
+                      'if [ "$PDCOLL_RANK" = 1 ]; then exit 3; fi; sleep 30'])
+    check(proc.returncode == 3, "a rank exiting 3 makes pdcoll-run exit 3", proc)
+    check(1.0 <= took < 6.0, f"the other ranks are ended after the 1 s grace (took {took:.1f} s)", proc)
+    check(b"rank 1 exited with status 3" in proc.stderr, "pdcoll-run says which rank failed", proc)
+
+
+def test_ranks_ignoring_sigterm_are_killed():
+    proc, took = run(["-n", "2", "--grace", "0.5", "sh", "-c",
+                      'trap "" TERM; if [ "$PDCOLL_RANK" = 0 ]; then exit 5; fi; sleep 30'])
+    check(proc.returncode == 5, "the failing rank's status wins over the ranks killed afterwards", proc)
+    check(took < 6.0, f"a rank ignoring SIGTERM is SIGKILLed (took {took:.1f} s)", proc)
+
+
+def test_signal_death_is_128_plus_signal():
+    proc, _ = run(["-n", "2", "sh", "-c", 'if [ "$PDCOLL_RANK" = 0 ]; then kill -9 $$; fi; sleep 30'])
+    check(proc.returncode == 137, "a rank killed by SIGKILL makes pdcoll-run exit 137", proc)
+
+
+def test_timeout_exits_124():
+    proc, took = run(["-n", "2", "--timeout", "0.5", "sleep", "30"])
+    check(proc.returncode == 124, "--timeout makes pdcoll-run exit 124", proc)
+    check(took < 5.0, f"--timeout ends the job promptly (took {took:.1f} s)", proc)
+
+
+def test_output_is_prefixed_whole_lines():
+    # Each rank writes 200 long zero-padded lines ending in its rank to stdout and stderr at once, and a last line without newline.
+    script = ('for i in $(seq 200); do printf "%0500d\\n" $PDCOLL_RANK; printf "E%0300d\\n" $PDCOLL_RANK >&2; done; '
+              'printf "tail$PDCOLL_RANK"')
+    proc, _ = run(["-n", "3", "sh", "-c", script])
+    check(proc.returncode == 0, "the chatty job succeeds", proc)
+    out = proc.stdout.decode().splitlines()
+    err = proc.stderr.decode().splitlines()
+    good_out = all(re.fullmatch(r"\[(\d)\] (0{499}\1|tail\1)", line) for line in out)
+    good_err = all(re.fullmatch(r"\[(\d)\] E0{299}\1", line) for line in err)
+    check(len(out) == 3 * 201 and good_out, "stdout lines are whole and prefixed with their rank", proc)
+    check(len(err) == 3 * 200 and good_err, "stderr lines are whole, prefixed, and stay on stderr", proc)
+
+
+def test_sigterm_is_forwarded():
+    proc = subprocess.Popen([RUN, "-n", "2", "sh", "-c", 'trap "exit 7" TERM; echo up; while :; do sleep 0.05; done'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = 0
+    deadline = time.monotonic() + 10
+    while seen < 2 and time.monotonic() < deadline:  # wait until both ranks run their trap
+        if proc.stdout.readline().strip().endswith(b"up"):
+            seen += 1
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = None
+    check(seen == 2 and code == 7, f"SIGTERM reaches every rank (exit {code})")
+
+
+def test_bad_program_and_usage():
+    proc, _ = run(["-n", "2", "/nonexistent/program"])
+    check(proc.returncode == 127, "a program that cannot start gives 127", proc)
+    proc, _ = run(["-n", "0", "true"])
+    check(proc.returncode == 2, "-n 0 is a usage error", proc)
+
+
+if __name__ == "__main__":
+    for name, test in list(globals().items()):
+        if name.startswith("test_"):
+            test()
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
