@@ -1,0 +1,30 @@
+# libfabric transport: multi-process tests over shm and tcp (tcp;ofi_rxm).
+# The ranks are forked by tests/multiproc/fork_harness.hpp; each ctest entry
+# runs one doctest case with PDCOLL_PROVIDER set.
+add_executable(fabric_multiproc
+  ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/fabric_transport.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/doctest_main.cpp)
+target_link_libraries(fabric_multiproc PRIVATE pdcoll::pdcoll doctest::doctest)
+target_include_directories(fabric_multiproc PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+
+set(PDCOLL_FABRIC_CASES
+  "pingpong|ping-pong from 0 bytes*"
+  "outstanding|512 sends and 512 receives*"
+  "tag_order|receives posted in reverse tag order*"
+  "any_peer|any_peer receives with an ignore mask*"
+  "cancel_truncate|truncation is collective_mismatch*"
+  "peer_killed|a receive from a peer killed*"
+  "latency|8-byte ping-pong latency*")
+foreach(provider shm tcp)
+  foreach(entry IN LISTS PDCOLL_FABRIC_CASES)
+    string(REPLACE "|" ";" parts "${entry}")
+    list(GET parts 0 what)
+    list(GET parts 1 filter)
+    add_test(NAME multiproc.fabric.${what}.${provider}
+             COMMAND fabric_multiproc "--test-case=${filter}")
+    set_tests_properties(multiproc.fabric.${what}.${provider} PROPERTIES
+      ENVIRONMENT "PDCOLL_PROVIDER=${provider}"
+      LABELS "multiproc;fabric"
+      TIMEOUT 180)
+  endforeach()
+endforeach()

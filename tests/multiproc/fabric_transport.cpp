@@ -1,0 +1,334 @@
+// Multi-process tests of the libfabric transport: N forked ranks on one host
+// over the provider named by PDCOLL_PROVIDER (shm or tcp), run by ctest as
+// multiproc.fabric.<what>.<provider>. Each rank checks its own side; the
+// parent checks every rank's exit status.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstdio>
+#include <numeric>
+
+#include "multiproc/fork_harness.hpp"
+#include "pdcoll/transport/libfabric/endpoint.hpp"
+
+namespace fabric = pdcoll::transport::libfabric;
+using pdcoll::test::drive_until;
+using pdcoll::test::rank_checks;
+using pdcoll::test::recorded_op;
+using pdcoll::transport::address_exchange;
+using pdcoll::transport::any_peer;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string provider_name() {
+  const char* p = std::getenv("PDCOLL_PROVIDER");
+  return p ? p : "default";
+}
+
+auto in_seconds(int s) { return clock_type::now() + std::chrono::seconds(s); }
+
+unsigned char byte_at(std::size_t i, unsigned seed) {
+  return static_cast<unsigned char>((i * 2654435761u + seed) >> 7);
+}
+
+void require_all_ok(const std::vector<pdcoll::test::rank_outcome>& outcomes) {
+  for (std::size_t r = 0; r < outcomes.size(); ++r) {
+    CAPTURE(r);
+    CHECK(outcomes[r].exit_code == 0);
+    CHECK(outcomes[r].signal == 0);
+    CHECK_FALSE(outcomes[r].timed_out);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ping-pong from 0 bytes to 64 MiB arrives intact in both directions") {
+  auto outcomes = pdcoll::test::run_ranks(2, [](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    const int peer = 1 - rank;
+    std::vector<std::size_t> sizes = {0};
+    for (std::size_t s = 1; s <= (std::size_t{64} << 20); s *= 4) sizes.push_back(s);
+    std::vector<unsigned char> buffer(sizes.back());
+    for (std::size_t size : sizes) {
+      const auto seed = static_cast<unsigned>(size);
+      recorded_op op;
+      if (rank == 0) {
+        for (std::size_t i = 0; i < size; ++i) buffer[i] = byte_at(i, seed);
+        check(!ep->post_send(peer, buffer.data(), size, size, nullptr, &op), "post ping");
+        check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "ping sent");
+        std::fill(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(size), 0);
+        recorded_op back;
+        check(!ep->post_recv(peer, buffer.data(), size, size, 0, nullptr, &back), "post pong recv");
+        check(drive_until(*ep, [&] { return back.done(); }, in_seconds(30)), "pong received");
+        check(!back.result.error && back.result.bytes == size, "pong size " + std::to_string(size));
+        bool intact = true;
+        for (std::size_t i = 0; i < size && intact; ++i) intact = buffer[i] == byte_at(i, seed + 1);
+        check(intact, "pong data " + std::to_string(size));
+      } else {
+        check(!ep->post_recv(peer, buffer.data(), size, size, 0, nullptr, &op), "post ping recv");
+        check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "ping received");
+        check(!op.result.error && op.result.bytes == size && op.result.peer == 0,
+              "ping size " + std::to_string(size));
+        bool intact = true;
+        for (std::size_t i = 0; i < size && intact; ++i) intact = buffer[i] == byte_at(i, seed);
+        check(intact, "ping data " + std::to_string(size));
+        for (std::size_t i = 0; i < size; ++i) buffer[i] = byte_at(i, seed + 1);
+        recorded_op back;
+        check(!ep->post_send(peer, buffer.data(), size, size, nullptr, &back), "post pong");
+        check(drive_until(*ep, [&] { return back.done(); }, in_seconds(30)), "pong sent");
+      }
+      if (check.failures) break;
+    }
+    return check.failures ? 1 : 0;
+  });
+  require_all_ok(outcomes);
+}
+
+TEST_CASE("512 sends and 512 receives in flight per rank all complete with their own data") {
+  auto outcomes = pdcoll::test::run_ranks(2, [](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    constexpr int n = 512;
+    const int peer = 1 - rank;
+    std::vector<recorded_op> sends(n), recvs(n);
+    std::vector<std::uint64_t> out(n), in(n, 0);
+    for (int i = 0; i < n; ++i) {
+      out[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(rank) << 32 | static_cast<unsigned>(i);
+      check(!ep->post_recv(peer, &in[static_cast<std::size_t>(i)], 8, static_cast<std::uint64_t>(i), 0,
+                           nullptr, &recvs[static_cast<std::size_t>(i)]), "post recv");
+    }
+    for (int i = 0; i < n; ++i) {
+      check(!ep->post_send(peer, &out[static_cast<std::size_t>(i)], 8, static_cast<std::uint64_t>(i),
+                           nullptr, &sends[static_cast<std::size_t>(i)]), "post send");
+    }
+    auto all_done = [&] {
+      return std::all_of(sends.begin(), sends.end(), [](auto& o) { return o.done(); }) &&
+             std::all_of(recvs.begin(), recvs.end(), [](auto& o) { return o.done(); });
+    };
+    check(drive_until(*ep, all_done, in_seconds(30)), "all 1024 operations completed");
+    for (int i = 0; i < n; ++i) {
+      const auto& r = recvs[static_cast<std::size_t>(i)];
+      check(r.completions == 1 && !r.result.error, "recv " + std::to_string(i) + " completed once");
+      check(in[static_cast<std::size_t>(i)] == (static_cast<std::uint64_t>(peer) << 32 | static_cast<unsigned>(i)),
+            "recv " + std::to_string(i) + " data");
+      check(sends[static_cast<std::size_t>(i)].completions == 1, "send completed once");
+    }
+    return check.failures ? 1 : 0;
+  });
+  require_all_ok(outcomes);
+}
+
+TEST_CASE("receives posted in reverse tag order match by tag, same tags in send order") {
+  auto outcomes = pdcoll::test::run_ranks(2, [](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    constexpr int n = 64;
+    std::vector<recorded_op> ops(n + 2);
+    std::vector<int> values(n + 2, -1);
+    if (rank == 1) {
+      for (int t = n - 1; t >= 0; --t) {
+        check(!ep->post_recv(0, &values[static_cast<std::size_t>(t)], sizeof(int), static_cast<std::uint64_t>(t), 0,
+                             nullptr, &ops[static_cast<std::size_t>(t)]), "post recv");
+      }
+      // Two messages with one tag: the first receive gets the first message.
+      check(!ep->post_recv(0, &values[n], sizeof(int), 1000, 0, nullptr, &ops[n]), "post recv a");
+      check(!ep->post_recv(0, &values[n + 1], sizeof(int), 1000, 0, nullptr, &ops[n + 1]), "post recv b");
+    } else {
+      for (int t = 0; t < n; ++t) values[static_cast<std::size_t>(t)] = t * 10;
+      values[n] = 111;
+      values[n + 1] = 222;
+      for (int t = 0; t < n; ++t) {
+        check(!ep->post_send(1, &values[static_cast<std::size_t>(t)], sizeof(int), static_cast<std::uint64_t>(t),
+                             nullptr, &ops[static_cast<std::size_t>(t)]), "post send");
+      }
+      check(!ep->post_send(1, &values[n], sizeof(int), 1000, nullptr, &ops[n]), "post send a");
+      check(!ep->post_send(1, &values[n + 1], sizeof(int), 1000, nullptr, &ops[n + 1]), "post send b");
+    }
+    auto all_done = [&] { return std::all_of(ops.begin(), ops.end(), [](auto& o) { return o.done(); }); };
+    check(drive_until(*ep, all_done, in_seconds(30)), "all completed");
+    if (rank == 1) {
+      for (int t = 0; t < n; ++t) {
+        check(values[static_cast<std::size_t>(t)] == t * 10, "tag " + std::to_string(t) + " got its value");
+        check(ops[static_cast<std::size_t>(t)].result.tag == static_cast<std::uint64_t>(t), "tag reported");
+      }
+      check(values[n] == 111 && values[n + 1] == 222, "same-tag messages matched in send order");
+    }
+    return check.failures ? 1 : 0;
+  });
+  require_all_ok(outcomes);
+}
+
+TEST_CASE("any_peer receives with an ignore mask take one message from every other rank") {
+  auto outcomes = pdcoll::test::run_ranks(4, [](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    if (rank == 0) {
+      std::vector<recorded_op> ops(static_cast<std::size_t>(size - 1));
+      std::vector<int> values(static_cast<std::size_t>(size - 1), -1);
+      // Tag layout in this test: sender rank in bits 8..15, kind 0x5 in bits 0..7.
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        check(!ep->post_recv(any_peer, &values[i], sizeof(int), 0x05, 0xff00, nullptr, &ops[i]), "post any");
+      }
+      auto all_done = [&] { return std::all_of(ops.begin(), ops.end(), [](auto& o) { return o.done(); }); };
+      check(drive_until(*ep, all_done, in_seconds(30)), "all any_peer receives completed");
+      std::vector<int> peers;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const auto& r = ops[i].result;
+        check(!r.error, "no error");
+        check(r.peer >= 1 && r.peer < size, "peer reported");
+        check(values[i] == r.peer * 7, "value matches its sender");
+        check(r.tag == (static_cast<std::uint64_t>(r.peer) << 8 | 0x05), "full tag reported");
+        peers.push_back(r.peer);
+      }
+      std::sort(peers.begin(), peers.end());
+      check(peers == std::vector<int>({1, 2, 3}), "one message from each rank");
+    } else {
+      int value = rank * 7;
+      recorded_op op;
+      check(!ep->post_send(0, &value, sizeof value, static_cast<std::uint64_t>(rank) << 8 | 0x05, nullptr, &op),
+            "post send");
+      check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "send completed");
+    }
+    // Keep every endpoint open until rank 0 has its messages (a closing
+    // endpoint may drop what it has not flushed yet).
+    ex("done");
+    return check.failures ? 1 : 0;
+  });
+  require_all_ok(outcomes);
+}
+
+TEST_CASE("truncation is collective_mismatch and a cancelled receive completes once") {
+  auto outcomes = pdcoll::test::run_ranks(2, [](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    // shm (libfabric 1.17) never completes a truncated receive of a message
+    // above its 4 KiB inline size (seen with 5000, 20000 and 100000 bytes):
+    // only the inline case is checked there; tcp;ofi_rxm is checked with a
+    // rendezvous-sized message.
+    const std::size_t message = provider_name() == "shm" ? 3000 : 100000;
+    std::vector<unsigned char> big(message, 3), small(1000);
+    recorded_op op, cancelled;
+    if (rank == 0) {
+      check(!ep->post_send(1, big.data(), big.size(), 77, nullptr, &op), "post send");
+      drive_until(*ep, [&] { return op.done(); }, in_seconds(10));
+    } else {
+      check(!ep->post_recv(1 - rank, small.data(), small.size(), 77, 0, nullptr, &op), "post recv");
+      check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "truncated receive completed");
+      check(op.result.error == pdcoll::errc::collective_mismatch,
+            "truncation reported as collective_mismatch, got " + op.result.error.message());
+      check(!ep->post_recv(0, small.data(), small.size(), 78, 0, nullptr, &cancelled), "post recv");
+      ep->cancel(&cancelled);
+      check(drive_until(*ep, [&] { return cancelled.done(); }, in_seconds(10)), "cancel completed");
+      check(cancelled.result.error == std::errc::operation_canceled, "operation_canceled");
+      drive_until(*ep, [] { return false; }, clock_type::now() + std::chrono::milliseconds(100));
+      check(cancelled.completions == 1, "exactly one completion");
+    }
+    ex("done");
+    return check.failures ? 1 : 0;
+  });
+  require_all_ok(outcomes);
+}
+
+TEST_CASE("a receive from a peer killed mid-transfer can be cancelled and nothing hangs") {
+  auto outcomes = pdcoll::test::run_ranks(2, [](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    const std::size_t bytes = std::size_t{64} << 20;
+    std::vector<unsigned char> buffer(bytes, 1);
+    recorded_op op;
+    if (rank == 1) {
+      ex("ready");
+      check(!ep->post_send(0, buffer.data(), bytes, 9, nullptr, &op), "post send");
+      ep->progress();
+      ::raise(SIGKILL);
+    }
+    check(!ep->post_recv(1, buffer.data(), bytes, 9, 0, nullptr, &op), "post recv");
+    ex("ready");
+    // What the provider does on its own when the sender dies: watched for 3 s.
+    const bool ended_alone = drive_until(*ep, [&] { return op.done(); }, in_seconds(3));
+    std::string seen = ended_alone ? (op.result.error ? "error completion: " + op.result.error.message()
+                                                      : "successful completion (transfer finished first)")
+                                   : "silence for 3 s";
+    std::string cancel_seen = "not needed";
+    if (!ended_alone) {
+      ep->cancel(&op);
+      if (drive_until(*ep, [&] { return op.done(); }, in_seconds(5))) {
+        cancel_seen = "cancel completed it";
+        check(op.result.error == std::errc::operation_canceled, "cancelled receive reports operation_canceled");
+      } else {
+        // The provider had matched the receive to the dead peer's transfer
+        // and cannot cancel it; closing the endpoint must still end it.
+        cancel_seen = "cancel had no effect; endpoint close ended it";
+      }
+    }
+    // A new send to the dead peer must complete (with an error) or be cancellable.
+    int x = 1;
+    recorded_op late;
+    const auto post_error = ep->post_send(1, &x, sizeof x, 10, nullptr, &late);
+    std::string late_seen;
+    if (post_error) {
+      late_seen = "post failed: " + post_error.message();
+    } else if (drive_until(*ep, [&] { return late.done(); }, in_seconds(3))) {
+      late_seen = late.result.error ? "error completion: " + late.result.error.message() : "completed";
+    } else {
+      late_seen = "silence for 3 s";
+    }
+    std::printf("[%s] receive from killed peer: %s; cancel: %s; later send to it: %s\n",
+                static_cast<fabric::fabric_endpoint&>(*ep).provider().c_str(), seen.c_str(),
+                cancel_seen.c_str(), late_seen.c_str());
+    std::fflush(stdout);
+    const auto close_start = clock_type::now();
+    ep.reset();  // the destructor must not hang on the dead peer either
+    check(clock_type::now() - close_start < std::chrono::seconds(10), "endpoint closed promptly");
+    check(op.completions == 1, "exactly one completion for the receive");
+    if (!ended_alone) check(op.result.error == std::errc::operation_canceled, "it ended as operation_canceled");
+    check(late.completions == (post_error ? 0 : 1), "exactly one completion for the late send");
+    return check.failures ? 1 : 0;
+  }, std::chrono::seconds(60));
+  CHECK(outcomes[0].ok());
+  CHECK(outcomes[1].signal == SIGKILL);
+}
+
+TEST_CASE("8-byte ping-pong latency with 4 pairs of ranks") {
+  const bool spin = std::getenv("PDCOLL_TEST_SPIN") != nullptr;
+  const int pairs = 4, round_trips = 2000;
+  auto outcomes = pdcoll::test::run_ranks(2 * pairs, [&](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    const int peer = rank ^ 1;
+    std::uint64_t word = 0;
+    auto finish = [&](recorded_op& op) {
+      const auto deadline = in_seconds(30);
+      if (!spin) return drive_until(*ep, [&] { return op.done(); }, deadline);
+      while (!op.done() && clock_type::now() < deadline) ep->progress();
+      return op.done();
+    };
+    ex("start");
+    const auto start = clock_type::now();
+    for (int i = 0; i < round_trips && !check.failures; ++i) {
+      recorded_op s, r;
+      if (rank % 2 == 0) {
+        check(!ep->post_send(peer, &word, 8, 1, nullptr, &s) && finish(s), "ping");
+        check(!ep->post_recv(peer, &word, 8, 1, 0, nullptr, &r) && finish(r), "pong");
+      } else {
+        check(!ep->post_recv(peer, &word, 8, 1, 0, nullptr, &r) && finish(r), "ping");
+        check(!ep->post_send(peer, &word, 8, 1, nullptr, &s) && finish(s), "pong");
+      }
+    }
+    const double us = std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
+    if (rank % 2 == 0) {
+      std::printf("[%s, %s] pair %d: one-way 8-byte latency %.1f us\n",
+                  static_cast<fabric::fabric_endpoint&>(*ep).provider().c_str(),
+                  spin ? "busy-poll" : "wait()", rank / 2, us / round_trips / 2);
+      std::fflush(stdout);
+    }
+    ex("done");
+    return check.failures ? 1 : 0;
+  }, std::chrono::seconds(120));
+  require_all_ok(outcomes);
+}
