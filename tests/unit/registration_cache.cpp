@@ -293,6 +293,25 @@ TEST_CASE("max_bytes evicts until the new range fits and keeps oversized regions
   CHECK(r.live() == 2);
 }
 
+TEST_CASE("when pinned entries fill the capacity an overlapping request is registered alone, not merged") {
+  counting_registrar r;
+  reg::registration_cache<counting_registrar, reg::max_bytes<150>, reg::no_lock> cache{r};
+  auto a = cache.acquire(host_region(base, 100));
+  auto b = cache.acquire(host_region(base + 5000, 50));
+  REQUIRE(a);
+  REQUIRE(b);
+  auto c = cache.acquire(host_region(base + 50, 100));
+  REQUIRE(c);
+  CHECK_FALSE(c->cached());
+  const auto rec = r.info(c->handle().id).region;
+  CHECK(rec.address == reinterpret_cast<void*>(base + 50));
+  CHECK(rec.length == 100);
+  const auto s = cache.statistics();
+  CHECK(s.merges == 0);
+  CHECK(s.live_entries == 2);
+  CHECK(r.deregistrations(a->handle().id) == 0);
+}
+
 TEST_CASE("max_entries and max_bytes together both bound the cache") {
   counting_registrar r;
   reg::registration_cache<counting_registrar, reg::max_entries<3>, reg::max_bytes<300>, reg::no_lock> cache{r};

@@ -47,6 +47,9 @@ using registrar_handle_t = typename detail::result_value<std::remove_cvref_t<dec
 /// deregister forward to the endpoint's virtual members. Holds a reference;
 /// the endpoint must outlive the adapter and every cache using it.
 /// Errors: whatever the endpoint's register_region reports.
+/// transport::endpoint is not thread-safe, so a cache over this adapter uses
+/// no_lock (the communicator serialises its calls) unless the caller
+/// serialises calls into the endpoint some other way.
 class endpoint_registrar {
  public:
   /// Adapts `ep`.

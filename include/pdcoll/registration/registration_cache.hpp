@@ -73,7 +73,10 @@ struct cache_statistics {
 ///    and providers cap live registrations at a few thousand);
 ///  * locking: `mutex_lock` (default) or `no_lock` (one thread at a time).
 ///
-/// The registrar is held by reference and must outlive the cache.
+/// The registrar is held by reference and must outlive the cache. With
+/// mutex_lock, several threads may be inside the registrar at once (it is
+/// called outside the lock), so it must be thread-safe; with no_lock it is
+/// called from the one thread using the cache.
 ///
 /// ```cpp
 /// registration_cache<endpoint_registrar> cache{registrar};      // lru, 1024, mutex
@@ -218,6 +221,11 @@ class registration_cache {
       wanted.start = std::min(wanted.start, it->second->key.start);
       wanted.end = std::max(wanted.end, it->second->key.end);
     });
+    // When pinned entries fill the capacity, register the request alone and
+    // hand it out uncached: a merged range would cover bytes the caller does
+    // not vouch for, in a registration nobody else can find.
+    const bool uncached_from_start = !admissible(wanted);
+    if (uncached_from_start) wanted = *key;
     pending_miss pending{wanted};
     link_pending(pending);
     lock.unlock();
@@ -295,13 +303,12 @@ class registration_cache {
       pin(*winner);
       return pinned_registration{this, winner, true};
     }
+    if (uncached_from_start || !admissible(wanted)) return hand_out_uncached(std::move(fresh));
     for_each_overlapping(wanted, [&](auto it) {
       ++stats_.merges;
       detach(it, retired);
     });
     const std::size_t bytes = static_cast<std::size_t>(wanted.bytes());
-    if (!policies::capacity::admits(stats_.pinned_entries + 1, pinned_bytes_ + bytes))
-      return hand_out_uncached(std::move(fresh));
     while (!policies::capacity::admits(stats_.live_entries + 1, stats_.live_bytes + bytes)) {
       entry* victim = order_.victim();
       // Only a capacity policy that is not monotone can get here with nothing
@@ -451,6 +458,20 @@ class registration_cache {
       throw;
     }
     return {};
+  }
+
+  // Whether `key` fits once every unpinned entry and every entry it would
+  // replace are gone: if not, caching it would mean evicting a pinned entry.
+  bool admissible(const detail::region_key& key) {
+    std::size_t entries = stats_.pinned_entries + 1;
+    std::size_t bytes = pinned_bytes_ + static_cast<std::size_t>(key.bytes());
+    for_each_overlapping(key, [&](auto it) {
+      if (it->second->pins > 0) {
+        --entries;
+        bytes -= static_cast<std::size_t>(it->second->key.bytes());
+      }
+    });
+    return policies::capacity::admits(entries, bytes);
   }
 
   void pin(entry& e) noexcept {
