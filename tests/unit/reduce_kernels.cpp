@@ -20,7 +20,7 @@ namespace {
 using pdcoll::bfloat16;
 using pdcoll::float16;
 namespace op = pdcoll::op;
-namespace reduce = pdcoll::reduce;
+namespace kernels = pdcoll::kernels;
 
 template <class T>
 double as_double(T x) {

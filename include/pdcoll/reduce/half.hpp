@@ -46,6 +46,17 @@ constexpr std::uint16_t float_to_bfloat16_bits(float f) noexcept {
   return static_cast<std::uint16_t>(is_nan ? quiet_nan : rounded);
 }
 
+/// float_to_bfloat16_bits without the NaN guard, for the reduction kernels'
+/// built-in ops. Rounding adds at most 0x8000 to the low half, so it is exact
+/// for every float except NaNs with non-zero low 16 bits, which it could turn
+/// into Inf or -0. Float arithmetic never produces those from bfloat16
+/// operands: a NaN result is either an operand's payload (low half zero,
+/// having come from a bfloat16) or the default NaN 0x?fc00000.
+constexpr std::uint16_t float_to_bfloat16_bits_arithmetic(float f) noexcept {
+  const std::uint32_t u = float_bits(f);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 /// binary16 → float, exact for every input. Normal numbers are rebiased by a
 /// multiplication (exponent bias 15 → 127, which also carries Inf/NaN through
 /// because 2^-112 * Inf = Inf); subnormals are assembled as 0.5 + m * 2^-24
@@ -57,8 +68,10 @@ constexpr float float16_bits_to_float(std::uint16_t h) noexcept {
   const std::uint32_t two_w = w + w;  // drops the sign bit
   const float normalized = float_from_bits((two_w >> 4) + (0xe0u << 23)) * 0x1.0p-112f;
   const float denormalized = float_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
-  const std::uint32_t magnitude =
-      select_bits(two_w < (1u << 27), float_bits(denormalized), float_bits(normalized));
+  // two_w < 2^27 (exponent field zero), compared as signed 31-bit values:
+  // SSE2 has a signed 32-bit compare but no unsigned one.
+  const bool subnormal = static_cast<std::int32_t>(two_w >> 1) < static_cast<std::int32_t>(1u << 26);
+  const std::uint32_t magnitude = select_bits(subnormal, float_bits(denormalized), float_bits(normalized));
   return float_from_bits(sign | magnitude);
 }
 
@@ -68,19 +81,32 @@ constexpr float float16_bits_to_float(std::uint16_t h) noexcept {
 /// pushes values that overflow binary16 to Inf, and adding a power of two
 /// chosen from the input's exponent aligns the binary16 ulp with the float
 /// ulp so that the addition itself rounds to nearest even (Dukhan, FP16).
-constexpr std::uint16_t float_to_float16_bits(float f) noexcept {
+///
+/// Returns the encoding in the low half of a 32-bit word: the kernels merge
+/// two of these into one word, and keeping the arithmetic 32-bit stops the
+/// vectoriser from narrowing it into 16-bit lanes (and shuffling) midway.
+constexpr std::uint32_t float_to_float16_word(float f) noexcept {
+  // Magnitudes and exponent fields are compared as signed 32-bit values
+  // (all are below 2^31): SSE2 has a signed 32-bit compare but no unsigned one.
   const std::uint32_t w = float_bits(f);
-  const std::uint32_t shl1_w = w + w;
   const std::uint32_t sign = w & 0x80000000u;
-  float base = (float_from_bits(w & 0x7fffffffu) * 0x1.0p+112f) * 0x1.0p-110f;
-  std::uint32_t bias = shl1_w & 0xff000000u;
-  bias = bias < 0x71000000u ? 0x71000000u : bias;  // below 2^-14: subnormal alignment
-  base = float_from_bits((bias >> 1) + 0x07800000u) + base;
+  const std::uint32_t magnitude = w & 0x7fffffffu;
+  float base = (float_from_bits(magnitude) * 0x1.0p+112f) * 0x1.0p-110f;
+  const std::uint32_t exponent = w & 0x7f800000u;
+  const bool below_normal = static_cast<std::int32_t>(exponent) < 0x38800000;  // < 2^-14: subnormal alignment
+  const std::uint32_t bias = select_bits(below_normal, 0x38800000u, exponent);
+  base = float_from_bits(bias + 0x07800000u) + base;
   const std::uint32_t bits = float_bits(base);
   const std::uint32_t exp_bits = (bits >> 13) & 0x00007c00u;
   const std::uint32_t mantissa_bits = bits & 0x00000fffu;
   const std::uint32_t nonsign = exp_bits + mantissa_bits;
-  return static_cast<std::uint16_t>((sign >> 16) | select_bits(shl1_w > 0xff000000u, 0x7e00u, nonsign));
+  const bool is_nan = static_cast<std::int32_t>(magnitude) > 0x7f800000;
+  return (sign >> 16) | select_bits(is_nan, 0x7e00u, nonsign);
+}
+
+/// float → binary16 encoding (see float_to_float16_word).
+constexpr std::uint16_t float_to_float16_bits(float f) noexcept {
+  return static_cast<std::uint16_t>(float_to_float16_word(f));
 }
 
 }  // namespace detail
