@@ -93,7 +93,10 @@ class timer_service {
       if (head_ == nullptr) {
         wake_.wait(lock);
       } else if (head_->deadline > std::chrono::steady_clock::now()) {
-        wake_.wait_until(lock, head_->deadline);
+        // Copy: wait_until reads its argument after waking, when the entry may
+        // have been cancelled and destroyed.
+        const auto next_deadline = head_->deadline;
+        wake_.wait_until(lock, next_deadline);
       } else {
         timer_entry* due = head_;
         unlink(due);
