@@ -762,7 +762,14 @@ class fabric_endpoint final : public endpoint {
     const bool receive = (ctx->transport_state[0] & detail::state_receive) != 0;
     auto* split = split_of(ctx);
     if (e.error) {
-      finish(ctx, completion{e.error, receive ? e.length : 0, receive ? e.tag : 0,
+      // tcp;ofi_rxm ends the receives pending on a connection that broke
+      // with FI_ECANCELED; nobody asked for that cancel, so say what it is.
+      auto error = e.error;
+      if (error == std::errc::operation_canceled &&
+          !(ctx->transport_state[0] & detail::state_cancel_requested)) {
+        error = make_error_code(errc::peer_lost);
+      }
+      finish(ctx, completion{error, receive ? e.length : 0, receive ? e.tag : 0,
                              receive ? source_of(e, ctx) : posted_peer(ctx)});
       return 1;
     }
