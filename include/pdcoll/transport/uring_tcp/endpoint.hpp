@@ -454,6 +454,9 @@ class tcp_endpoint final : public transport::endpoint {
   }
 
   void handle(const io_uring_cqe* cqe) noexcept {
+    // Kernels without IORING_FEAT_EXT_ARG (< 5.11): liburing's wait queues
+    // its own timeout request, which we neither counted nor own.
+    if (cqe->user_data == LIBURING_UDATA_TIMEOUT) return;
     // A request is finished with its last CQE: the one without F_MORE (for
     // a zero-copy send, that is the notification).
     if (!(cqe->flags & IORING_CQE_F_MORE)) --in_flight_;
