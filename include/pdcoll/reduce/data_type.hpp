@@ -47,8 +47,9 @@ template <> struct data_type_traits<pdcoll::bfloat16> : std::integral_constant<d
 template <class T>
 inline constexpr bool is_reducible_integer_v =
     std::is_integral_v<T> && std::is_same_v<T, std::remove_cv_t<T>> && !std::is_same_v<T, bool> &&
-    !std::is_same_v<T, char> && !std::is_same_v<T, wchar_t> && !std::is_same_v<T, char8_t> && !std::is_same_v<T, char16_t> &&
-    !std::is_same_v<T, char32_t> && (sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8);
+    !std::is_same_v<T, char> && !std::is_same_v<T, wchar_t> && !std::is_same_v<T, char8_t> &&
+    !std::is_same_v<T, char16_t> && !std::is_same_v<T, char32_t> &&
+    (sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8);
 
 template <class T>
   requires is_reducible_integer_v<T>
