@@ -73,18 +73,6 @@ class tcp_endpoint final : public transport::endpoint {
   /// io_uring is disabled by sysctl or seccomp).
   tcp_endpoint(int rank, int world_size, std::vector<detail::file_descriptor> sockets, const options& opts)
       : rank_(rank), world_size_(world_size), zero_copy_threshold_(opts.zero_copy_threshold) {
-    unsigned entries = 64;
-    while (entries < 4u * static_cast<unsigned>(world_size) + 8u) entries <<= 1;
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE;
-    params.cq_entries = entries * 4;
-    if (int rc = io_uring_queue_init_params(entries, &ring_, &params); rc < 0) {
-      throw std::system_error(-rc, std::generic_category(), "uring_tcp: io_uring_queue_init_params");
-    }
-    if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
-      zero_copy_supported_ = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) != 0;
-      io_uring_free_probe(probe);
-    }
     std::size_t staging = std::max<std::size_t>(opts.staging_bytes, 4096);
     in_place_threshold_ = staging / 4;
     peers_.reserve(static_cast<std::size_t>(world_size));
@@ -98,6 +86,21 @@ class tcp_endpoint final : public transport::endpoint {
         ++alive_;
       }
       peers_.push_back(std::move(link));
+    }
+    // The ring last: nothing after it can throw and leak it.
+    unsigned entries = 64;
+    // Room for a recv, a send and two cancels per peer in one batch; larger
+    // worlds flush a full SQ early (next_sqe) instead of growing the ring.
+    while (entries < 4u * static_cast<unsigned>(world_size) + 8u && entries < 4096) entries <<= 1;
+    io_uring_params params{};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = entries * 4;
+    if (int rc = io_uring_queue_init_params(entries, &ring_, &params); rc < 0) {
+      throw std::system_error(-rc, std::generic_category(), "uring_tcp: io_uring_queue_init_params");
+    }
+    if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
+      zero_copy_supported_ = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) != 0;
+      io_uring_free_probe(probe);
     }
     schedule();
     io_uring_submit(&ring_);
