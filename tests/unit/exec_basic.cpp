@@ -32,7 +32,7 @@ constexpr bool claims = ex::sender_in<S, Env> && std::is_same_v<completion_signa
                                        completion_signatures_of_t<S, ex::empty_env>>;
 
 auto plus_one = [](int x) { return x + 1; };
-auto plus_one_noexcept = [](int x) noexcept { return x + 1; };
+[[maybe_unused]] auto plus_one_noexcept = [](int x) noexcept { return x + 1; };
 
 // ---- static checks: each sender claims exactly its completions -----------------
 using just_int = decltype(ex::just(1));

@@ -214,7 +214,9 @@ class inplace_stop_token {
   bool stop_requested() const noexcept { return source_ != nullptr && source_->stop_requested(); }
   /// Whether a stop request can ever be observed through this token.
   bool stop_possible() const noexcept { return source_ != nullptr; }
+  /// Exchanges the sources two tokens observe.
   void swap(inplace_stop_token& other) noexcept { std::swap(source_, other.source_); }
+  /// Equal when both observe the same source (or none).
   friend bool operator==(const inplace_stop_token&, const inplace_stop_token&) noexcept = default;
 
  private:
