@@ -14,19 +14,20 @@ cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Deb
   -DPDCOLL_BUILD_FUZZ=ON -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF -DPDCOLL_BUILD_BENCH=OFF >/dev/null
 mkdir -p "$build/artifacts"
 status=0
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 for source in "$root"/fuzz/*_fuzz.cpp; do
   target=$(basename "$source" .cpp)
   cmake --build "$build" --target "$target" -j2
-  corpus="$root/fuzz/corpus/$target"
-  # New inputs go to a scratch directory so the committed corpus stays as reviewed.
-  scratch=$(mktemp -d)
-  trap 'rm -rf "$scratch"' EXIT
+  # New inputs go to a scratch directory so that the committed corpus stays as reviewed.
+  inputs=("$scratch/$target")
+  mkdir -p "${inputs[0]}"
+  [ -d "$root/fuzz/corpus/$target" ] && inputs+=("$root/fuzz/corpus/$target")
   echo "fuzz-smoke: $target for ${seconds}s"
   if ! "$build/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-       -artifact_prefix="$build/artifacts/$target-" "$scratch" ${corpus:+$( [ -d "$corpus" ] && echo "$corpus")}; then
+       -artifact_prefix="$build/artifacts/$target-" "${inputs[@]}"; then
     echo "fuzz-smoke: $target FAILED (see $build/artifacts/)" >&2
     status=1
   fi
-  rm -rf "$scratch"
 done
 exit $status

@@ -15,3 +15,9 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/bootstrap_pdcoll_run.py ${PDCOLL_RUN})
   set_tests_properties(multiproc.bootstrap.pdcoll_run PROPERTIES LABELS "multiproc;bootstrap" TIMEOUT 120)
 endif()
+
+# The bootstrap unit tests run a server thread beside client threads, so the
+# ThreadSanitizer preset (which selects the "tsan" label) runs them too.
+if(TEST unit.bootstrap)
+  set_tests_properties(unit.bootstrap PROPERTIES LABELS "unit;bootstrap;tsan")
+endif()
