@@ -34,7 +34,7 @@ struct posted_receive {
 };
 
 struct unexpected_message {
-  int peer;
+  std::uint64_t arrival;  // order across senders, for any_peer receives
   std::uint64_t tag;
   std::vector<unsigned char> payload;
 };
@@ -53,7 +53,10 @@ struct mailbox {
   std::mutex mutex;
   std::condition_variable ready;
   std::list<posted_receive> posted;
-  std::deque<unexpected_message> unexpected;
+  // One queue per sender: a receive scans only its peer's queue, whose
+  // matching message is almost always at the front.
+  std::vector<std::deque<unexpected_message>> unexpected;
+  std::uint64_t arrivals = 0;
   std::vector<queued_completion> completions;
   bool dead = false;
 
@@ -104,7 +107,10 @@ class fabric : public std::enable_shared_from_this<fabric> {
  private:
   friend class inproc_endpoint;
   explicit fabric(int world_size) : world_size_(world_size) {
-    for (int i = 0; i < world_size; ++i) boxes_.push_back(std::make_unique<detail::mailbox>());
+    for (int i = 0; i < world_size; ++i) {
+      boxes_.push_back(std::make_unique<detail::mailbox>());
+      boxes_.back()->unexpected.resize(static_cast<std::size_t>(world_size));
+    }
   }
   int world_size_;
   std::vector<std::unique_ptr<detail::mailbox>> boxes_;
@@ -145,7 +151,8 @@ class inproc_endpoint final : public endpoint {
         } else {
           try {
             auto bytes = static_cast<const unsigned char*>(buffer);
-            box.unexpected.push_back({rank_, tag, std::vector<unsigned char>(bytes, bytes + length)});
+            box.unexpected[static_cast<std::size_t>(rank_)].push_back(
+                {box.arrivals++, tag, std::vector<unsigned char>(bytes, bytes + length)});
           } catch (const std::bad_alloc&) {
             return std::make_error_code(std::errc::not_enough_memory);
           }
@@ -162,17 +169,28 @@ class inproc_endpoint final : public endpoint {
     if (peer != any_peer && (peer < 0 || peer >= world_size())) return make_error_code(errc::root_out_of_range);
     auto& box = mine();
     std::lock_guard lock(box.mutex);
-    auto it = std::find_if(box.unexpected.begin(), box.unexpected.end(), [&](const detail::unexpected_message& m) {
-      return (peer == any_peer || m.peer == peer) && detail::tags_match(tag, ignore, m.tag);
-    });
-    if (it != box.unexpected.end()) {
-      completion result{{}, it->payload.size(), it->tag, it->peer};
-      if (it->payload.size() > length) {
-        result.error = make_error_code(errc::collective_mismatch);
-      } else if (!it->payload.empty()) {
-        std::memcpy(buffer, it->payload.data(), it->payload.size());
+    // The earliest matching unexpected message from `peer` (or from anyone).
+    std::deque<detail::unexpected_message>* queue = nullptr;
+    std::deque<detail::unexpected_message>::iterator found;
+    const int first = peer == any_peer ? 0 : peer, last = peer == any_peer ? world_size() - 1 : peer;
+    for (int src = first; src <= last; ++src) {
+      auto& q = box.unexpected[static_cast<std::size_t>(src)];
+      auto it = std::find_if(q.begin(), q.end(),
+                             [&](const detail::unexpected_message& m) { return detail::tags_match(tag, ignore, m.tag); });
+      if (it != q.end() && (!queue || it->arrival < found->arrival)) {
+        queue = &q;
+        found = it;
       }
-      box.unexpected.erase(it);
+    }
+    if (queue) {
+      const int src = static_cast<int>(queue - box.unexpected.data());
+      completion result{{}, found->payload.size(), found->tag, src};
+      if (found->payload.size() > length) {
+        result.error = make_error_code(errc::collective_mismatch);
+      } else if (!found->payload.empty()) {
+        std::memcpy(buffer, found->payload.data(), found->payload.size());
+      }
+      queue->erase(found);
       box.push_completion(ctx, result);
       return {};
     }
