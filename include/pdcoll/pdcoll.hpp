@@ -10,3 +10,4 @@
 #include <pdcoll/reduce/half.hpp>
 #include <pdcoll/reduce/ops.hpp>
 #include <pdcoll/transport/inproc.hpp>
+#include <pdcoll/job.hpp>

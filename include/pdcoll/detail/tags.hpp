@@ -1,7 +1,8 @@
 // File: detail/tags.hpp — how pdcoll lays out the 64-bit transport tag.
 //
-//   63..62  class: collective data, user point-to-point, control
-//   61..40  collective sequence number (wraps; ranks issue collectives in order)
+//   63      reserved for the transport (libfabric's split-message protocol)
+//   62..61  class: collective data, user point-to-point, control
+//   60..40  collective sequence number (wraps; ranks issue collectives in order)
 //   39..24  signature of the collective (kind, count, type, op, root)
 //   23..0   message index inside the collective
 //
@@ -17,10 +18,10 @@ namespace pdcoll::detail {
 /// The three kinds of traffic that share one endpoint.
 enum class tag_class : std::uint64_t { collective = 0, point_to_point = 1, control = 2 };
 
-inline constexpr int tag_class_shift = 62;
+inline constexpr int tag_class_shift = 61;
 inline constexpr int tag_seq_shift = 40;
 inline constexpr int tag_signature_shift = 24;
-inline constexpr std::uint64_t tag_seq_mask = (std::uint64_t{1} << 22) - 1;
+inline constexpr std::uint64_t tag_seq_mask = (std::uint64_t{1} << 21) - 1;
 inline constexpr std::uint64_t tag_signature_mask = 0xffff;
 inline constexpr std::uint64_t tag_index_mask = (std::uint64_t{1} << 24) - 1;
 /// The bits a collective receive ignores (then checks itself).

@@ -1,0 +1,114 @@
+// File: job.hpp — joining the job that launched this process: rank discovery,
+// the rendezvous store, the transport and the communicator, in one call.
+//
+//     pdcoll::job job = pdcoll::job::from_environment();   // pdcoll-run, mpirun, srun, torchrun
+//     auto& comm = job.comm();
+//     pdcoll::exec::sync_wait(pdcoll::all_reduce(comm, grads));
+//
+// Transport: PDCOLL_TRANSPORT=libfabric (default; provider from
+// PDCOLL_PROVIDER or FI_PROVIDER, else shm on one host and tcp across hosts)
+// or PDCOLL_TRANSPORT=uring (host-staged TCP sockets over io_uring).
+#pragma once
+
+#include <pdcoll/bootstrap/launch_info.hpp>
+#include <pdcoll/bootstrap/store.hpp>
+#include <pdcoll/communicator.hpp>
+#include <pdcoll/detail/log.hpp>
+#include <pdcoll/transport/libfabric/endpoint.hpp>
+#include <pdcoll/transport/uring_tcp/endpoint.hpp>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace pdcoll {
+
+/// How a process joins its job; defaults come from the environment.
+struct job_options {
+  /// "libfabric" or "uring" (PDCOLL_TRANSPORT; default "libfabric").
+  std::string transport = env_or("PDCOLL_TRANSPORT", "libfabric");
+  /// libfabric provider; empty chooses (see transport/libfabric/endpoint.hpp).
+  std::string provider;
+  /// The communicator's options (timeout, progress thread, registration cache).
+  communicator_options communicator;
+
+  /// The variable's value, or `fallback` when unset or empty.
+  static std::string env_or(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? v : fallback;
+  }
+};
+
+/// This process's membership of a job: the rendezvous store and the world
+/// communicator. Destroying it runs a final barrier through the store (so no
+/// rank tears its endpoint down while a peer still reads from it), bounded by
+/// the communicator's timeout and skipped after an abort.
+class job {
+ public:
+  /// Joins the job described by the launcher's environment (see
+  /// bootstrap/launch_info.hpp). Throws std::system_error: errc::bootstrap or
+  /// errc::timeout with a message naming the variable or the unreachable
+  /// root, errc::invalid_argument for an unknown PDCOLL_TRANSPORT, or the
+  /// transport's setup error.
+  static job from_environment(const job_options& options = {}) {
+    auto info = bootstrap::from_environment();
+    return job(info, options);
+  }
+
+  /// Joins with explicit launch information.
+  job(const bootstrap::launch_info& info, const job_options& options)
+      : store_(std::make_unique<bootstrap::store>(bootstrap::store::connect(info))) {
+    std::unique_ptr<transport::endpoint> ep;
+    auto exchange = store_->exchange();
+    if (options.transport == "libfabric") {
+      transport::libfabric::options o;
+      o.provider = options.provider;
+      ep = transport::libfabric::make_endpoint(info.rank, info.world_size, exchange, o);
+    } else if (options.transport == "uring" || options.transport == "uring_tcp") {
+      transport::uring_tcp::options o;
+      o.token = info.token;
+      o.timeout = info.timeout;
+      ep = transport::uring_tcp::make_endpoint(info.rank, info.world_size, exchange, o);
+    } else {
+      throw std::system_error(make_error_code(errc::invalid_argument),
+                              "PDCOLL_TRANSPORT=" + options.transport + " is not one of libfabric, uring");
+    }
+    detail::log(detail::log_level::info, info.rank,
+                "joined a " + std::to_string(info.world_size) + "-rank job launched by " + info.launcher +
+                    " over " + ep->name());
+    comm_ = std::make_unique<communicator>(std::move(ep), options.communicator);
+  }
+
+  job(job&&) noexcept = default;
+  job& operator=(job&&) = delete;
+
+  /// Final barrier (unless aborted), then the communicator closes before the store.
+  ~job() {
+    if (!comm_) return;
+    if (!comm_->aborted()) {
+      try {
+        store_->barrier();
+      } catch (const std::system_error& e) {
+        detail::log(detail::log_level::warn, comm_->rank(), std::string("final barrier failed: ") + e.what());
+      }
+    }
+    comm_.reset();
+    store_.reset();
+  }
+
+  /// The communicator of every rank of the job.
+  communicator& comm() noexcept { return *comm_; }
+  /// The rendezvous store (for a runtime's own key exchange).
+  bootstrap::store& store() noexcept { return *store_; }
+  /// This rank.
+  int rank() const noexcept { return comm_->rank(); }
+  /// Number of ranks.
+  int world_size() const noexcept { return comm_->world_size(); }
+
+ private:
+  std::unique_ptr<bootstrap::store> store_;
+  std::unique_ptr<communicator> comm_;
+};
+
+}  // namespace pdcoll

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test suite on a fresh machine: install dependencies, then build and run
+# every test under AddressSanitizer + UndefinedBehaviorSanitizer, then the
+# progress, cancellation and cache tests under ThreadSanitizer, then a short
+# bounded fuzz run of the rendezvous parser. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc)
+
+echo "== ASan + UBSan build, every test"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs"
+ctest --preset asan -j "$jobs" --timeout 900
+
+echo "== ThreadSanitizer build: progress engine, cancellation, stop tokens, registration cache"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j "$jobs" --target test_exec test_registration test_collectives test_bootstrap multiproc_bootstrap
+ctest --preset tsan -j "$jobs" --timeout 900
+
+echo "== Fuzz smoke (rendezvous store parser and state machine)"
+scripts/fuzz-smoke.sh 30
