@@ -6,6 +6,7 @@
 #include <pdcoll/error.hpp>
 #include <pdcoll/exec/exec.hpp>
 #include <pdcoll/memory/view.hpp>
+#include <pdcoll/point_to_point.hpp>
 #include <pdcoll/reduce/data_type.hpp>
 #include <pdcoll/reduce/half.hpp>
 #include <pdcoll/reduce/ops.hpp>
