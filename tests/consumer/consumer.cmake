@@ -1,0 +1,14 @@
+# Consumer builds: pdcoll used the three ways a runtime's build uses it —
+# find_package(pdcoll CONFIG) against `cmake --install`'s prefix,
+# add_subdirectory of the source tree, and pkg-config — each building
+# tests/consumer/main.cpp (the README's example) and running it on 2 ranks.
+# (driver/ holds the script: tests/CMakeLists.txt includes every consumer/*.cmake.)
+# Each test installs/builds in its own folder under the build tree, so they
+# run in parallel; the consumer is built without the tree's sanitizer flags.
+foreach(mode IN ITEMS find_package add_subdirectory pkg_config)
+  add_test(NAME consumer.${mode}
+           COMMAND ${CMAKE_COMMAND} -DMODE=${mode} -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
+                   -DBINARY_DIR=${PROJECT_BINARY_DIR} -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/consumer/${mode}
+                   -DCXX=${CMAKE_CXX_COMPILER} -P ${CMAKE_CURRENT_LIST_DIR}/driver/run_consumer.cmake)
+  set_tests_properties(consumer.${mode} PROPERTIES LABELS "consumer" TIMEOUT 600)
+endforeach()
