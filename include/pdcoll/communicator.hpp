@@ -11,9 +11,22 @@
 //
 // Failure: every operation has a deadline (options.timeout, PDCOLL_TIMEOUT_MS,
 // or a per-operation override). When a deadline passes, a peer is lost, or a
-// rank sees a collective mismatch, the communicator aborts: it tells every
-// peer (a control message), every pending operation completes with the
-// reason, and every later operation completes at once with errc::aborted.
+// rank sees a collective mismatch, the communicator aborts:
+//  1. it tells every peer (a control message) so theirs abort too;
+//  2. it cancels every outstanding transfer of every pending operation;
+//  3. if transfers are still outstanding options.abort_grace (250 ms) later,
+//     it closes the endpoint's data path (transport::endpoint::close()).
+//     Cancels alone are not enough: libfabric's shm provider cannot cancel a
+//     receive already matched to a peer that was killed mid-transfer, and
+//     only closing the fid_ep ends it. After close() every outstanding
+//     transfer completes from the next progress() calls, so each pending
+//     operation completes with the abort's reason (errc::timeout for the one
+//     that passed its deadline) and its coroutine frame and registrations are
+//     released only after the transport has let go of them;
+//  4. every later operation completes at once with errc::aborted (nothing is
+//     posted; after step 3 the endpoint refuses posts as well).
+// So a survivor's operation ends at most about abort_grace after its deadline.
+// An aborted communicator stays aborted; make a new one to continue.
 #pragma once
 
 #include <pdcoll/detail/collective_task.hpp>
@@ -39,6 +52,17 @@ namespace pdcoll {
 
 class communicator;
 
+/// How a communicator's collectives moved their bytes so far (see
+/// communicator::data_path_statistics()).
+struct data_path_statistics {
+  std::uint64_t host_operations = 0;    ///< collectives on host memory
+  std::uint64_t direct_operations = 0;  ///< collectives on device memory moved in place (dmabuf, hmem-iface)
+  std::uint64_t staged_operations = 0;  ///< collectives on device memory moved through host bounce buffers
+  std::uint64_t staged_bytes = 0;       ///< device<->host bytes copied by staged collectives (both directions)
+  std::uint64_t staged_chunks = 0;      ///< bounce-buffer chunks the staged collectives ran
+  transport::data_path last_path = transport::data_path::unreachable;  ///< the latest collective's path
+};
+
 /// How a communicator behaves; defaults come from the environment.
 struct communicator_options {
   /// Deadline of every operation unless overridden (PDCOLL_TIMEOUT_MS, default 60 s).
@@ -49,6 +73,13 @@ struct communicator_options {
   /// Cache fabric registrations (PDCOLL_REGISTRATION_CACHE=0 turns it off:
   /// register and deregister around every operation).
   bool cache_registrations = !env_is_zero("PDCOLL_REGISTRATION_CACHE");
+  /// Move device memory through host bounce buffers even where the transport
+  /// reaches it directly (PDCOLL_FORCE_STAGING=1): the "before Peer Direct"
+  /// baseline on the same provider. Every rank must use the same setting.
+  bool force_host_staging = env_flag("PDCOLL_FORCE_STAGING");
+  /// After an abort, how long cancelled transfers may take to complete before
+  /// the endpoint's data path is closed under them (see the file comment).
+  std::chrono::milliseconds abort_grace{250};
 
   /// PDCOLL_TIMEOUT_MS or 60 s.
   static std::chrono::milliseconds default_timeout() noexcept {
@@ -162,8 +193,9 @@ class communicator final : private exec::progress_driver {
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
 
-  /// Ends the communicator. Operations still pending are aborted and drained
-  /// (bounded by one second) before the endpoint closes.
+  /// Ends the communicator. Operations still pending are aborted and drained;
+  /// what has not completed after abort_grace has the endpoint's data path
+  /// closed under it (bounded by one second in all).
   ~communicator() {
     if (progress_thread_.joinable()) {
       stop_thread_.store(true);
@@ -174,9 +206,11 @@ class communicator final : private exec::progress_driver {
       if (active_) abort_locked(make_error_code(errc::aborted), false);
       endpoint_->cancel(&control_ctx_);
     }
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + std::chrono::seconds(1);
     while ((control_posted_ || active_ || notices_in_flight_) && std::chrono::steady_clock::now() < until) {
       std::lock_guard lock(mutex_);
+      if (!endpoint_closed_ && std::chrono::steady_clock::now() >= start + options_.abort_grace) close_endpoint_locked();
       if (endpoint_->progress() == 0) endpoint_->wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
     }
     if (driver_registered_) exec::progress_drivers::unregister_driver(this);
@@ -190,7 +224,21 @@ class communicator final : private exec::progress_driver {
   /// The transport's name, e.g. "libfabric:shm".
   std::string transport_name() const { return endpoint_->name(); }
   /// How this communicator's transport moves memory of `kind`.
-  transport::data_path path_for(transport::memory_kind kind) const noexcept { return endpoint_->path_for(kind); }
+  /// Honours options.force_host_staging for device memory.
+  transport::data_path path_for(transport::memory_kind kind) const noexcept {
+    const auto path = endpoint_->path_for(kind);
+    if (options_.force_host_staging && kind != transport::memory_kind::host && path != transport::data_path::unreachable)
+      return transport::data_path::host_staged;
+    return path;
+  }
+  /// Which path the collectives took and what staging copied (a collective
+  /// is counted when it starts; staged bytes as they are copied).
+  pdcoll::data_path_statistics data_path_statistics() const {
+    std::lock_guard lock(mutex_);
+    return path_stats_;
+  }
+  /// The path of the latest collective started (unreachable before the first).
+  transport::data_path last_data_path() const { return data_path_statistics().last_path; }
   /// The options in force.
   const communicator_options& options() const noexcept { return options_; }
 
@@ -202,10 +250,17 @@ class communicator final : private exec::progress_driver {
     return abort_reason_;
   }
   /// Aborts: every pending operation completes with `reason`, every later one
-  /// with errc::aborted, and every peer is told so theirs do too.
+  /// with errc::aborted, and every peer is told so theirs do too. Pending
+  /// operations complete through whoever drives progress; transfers that
+  /// ignore their cancel are ended by closing the data path after abort_grace.
   void abort(std::error_code reason = make_error_code(errc::aborted)) {
     std::lock_guard lock(mutex_);
     abort_locked(reason, true);
+  }
+  /// True once an abort closed the endpoint's data path (see the file comment).
+  bool data_path_closed() const {
+    std::lock_guard lock(mutex_);
+    return endpoint_closed_;
   }
 
   /// Polls the transport once and runs what completed; returns whether
@@ -220,6 +275,7 @@ class communicator final : private exec::progress_driver {
     service_stop_requests();
     std::size_t n = endpoint_->progress();
     check_deadlines();
+    close_if_stuck();
     if (n == 0) {
       auto now = std::chrono::steady_clock::now();
       auto limit = std::min(until, earliest_deadline_locked());
@@ -227,6 +283,7 @@ class communicator final : private exec::progress_driver {
         endpoint_->wait(limit);
         n = endpoint_->progress();
         check_deadlines();
+        close_if_stuck();
       }
     }
     return n > 0;
@@ -237,6 +294,7 @@ class communicator final : private exec::progress_driver {
   /// transport needs no registration for this memory. Under the lock.
   result<registration_lease> acquire_registration(const transport::memory_region& region) {
     if (!endpoint_->needs_registration(region.kind) || region.length == 0) return registration_lease{};
+    drain_deferred_invalidations();
     if (cache_) {
       auto pinned = cache_->acquire(region);
       if (!pinned) return pinned.error();
@@ -248,14 +306,39 @@ class communicator final : private exec::progress_driver {
   }
   /// Drops cached registrations overlapping `region` (memory domains call
   /// this when memory is freed; in-use entries go at their last release).
+  /// From a domain's free hook it may run on any thread while another holds
+  /// the communicator's lock and frees memory of the same domain (which
+  /// takes the domain's hook lock): waiting for the lock there could
+  /// deadlock, so when the lock is busy the region is queued and dropped
+  /// before the next registration is looked up.
   void invalidate_registrations(const transport::memory_region& region) {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      std::lock_guard queue(deferred_mutex_);
+      deferred_invalidations_.push_back(region);
+      deferred_pending_.store(true, std::memory_order_release);
+      return;
+    }
+    drain_deferred_invalidations();
     if (cache_) cache_->invalidate(region);
   }
   /// The registration cache's statistics (all zero when the cache is off).
   registration::cache_statistics registration_statistics() const {
     std::lock_guard lock(mutex_);
     return cache_ ? cache_->statistics() : registration::cache_statistics{};
+  }
+
+  /// Counts a collective's data path (detail; under the lock).
+  void record_data_path(transport::memory_kind kind, transport::data_path path) noexcept {
+    path_stats_.last_path = path;
+    if (kind == transport::memory_kind::host) ++path_stats_.host_operations;
+    else if (path == transport::data_path::host_staged) ++path_stats_.staged_operations;
+    else ++path_stats_.direct_operations;
+  }
+  /// Counts staging copies (detail; under the lock).
+  void record_staging(std::uint64_t bytes, std::uint64_t chunks) noexcept {
+    path_stats_.staged_bytes += bytes;
+    path_stats_.staged_chunks += chunks;
   }
 
   /// Number of operations in flight.
@@ -318,6 +401,7 @@ class communicator final : private exec::progress_driver {
   void abort_locked(std::error_code reason, bool notify_peers) noexcept {
     if (aborted()) return;
     abort_reason_ = reason;
+    abort_time_ = std::chrono::steady_clock::now();
     aborted_.store(true, std::memory_order_release);
     detail::log(detail::log_level::warn, rank_, "communicator aborted: " + reason.message());
     if (notify_peers) send_abort_notices(reason);
@@ -325,6 +409,19 @@ class communicator final : private exec::progress_driver {
   }
 
  private:
+  // Invalidations queued while the lock was busy (see invalidate_registrations). Under the lock.
+  void drain_deferred_invalidations() {
+    if (!deferred_pending_.load(std::memory_order_acquire)) return;
+    std::vector<transport::memory_region> regions;
+    {
+      std::lock_guard queue(deferred_mutex_);
+      regions.swap(deferred_invalidations_);
+      deferred_pending_.store(false, std::memory_order_release);
+    }
+    if (cache_)
+      for (const auto& r : regions) cache_->invalidate(r);
+  }
+
   struct control_context : transport::completion_context {
     communicator* comm = nullptr;
   };
@@ -364,7 +461,12 @@ class communicator final : private exec::progress_driver {
       n.on_complete = [](transport::completion_context* ctx, const transport::completion&) noexcept {
         auto* self = static_cast<notice_context*>(ctx);
         self->in_flight = false;
-        --self->comm->notices_in_flight_;
+        auto* comm = self->comm;
+        // The last notice of an idle communicator releases the progress driver.
+        if (--comm->notices_in_flight_ == 0 && comm->active_count_ == 0 && comm->driver_registered_) {
+          exec::progress_drivers::unregister_driver(comm);
+          comm->driver_registered_ = false;
+        }
       };
       if (!endpoint_->post_send(peer, &n.payload, sizeof n.payload, detail::control_tag(), nullptr, &n)) {
         n.in_flight = true;
@@ -396,7 +498,29 @@ class communicator final : private exec::progress_driver {
     auto t = std::chrono::steady_clock::time_point::max();
     for (auto* op = active_; op; op = op->next_active)
       if (!op->timed_out) t = std::min(t, op->deadline);
+    if (close_pending()) t = std::min(t, abort_time_ + options_.abort_grace);
     return t;
+  }
+
+  // An abort whose cancelled transfers have not all completed yet.
+  bool close_pending() const noexcept {
+    return aborted() && !endpoint_closed_ && (active_ || notices_in_flight_);
+  }
+
+  // Step 3 of the abort (file comment): close the data path under transfers
+  // that ignored their cancel for abort_grace. Under the lock.
+  void close_if_stuck() noexcept {
+    if (close_pending() && std::chrono::steady_clock::now() >= abort_time_ + options_.abort_grace)
+      close_endpoint_locked();
+  }
+
+  void close_endpoint_locked() noexcept {
+    if (endpoint_closed_) return;
+    endpoint_closed_ = true;
+    detail::log(detail::log_level::warn, rank_,
+                "closing the endpoint's data path: " + std::to_string(active_count_) +
+                    " operation(s) still had transfers outstanding after the abort");
+    endpoint_->close();
   }
 
   void run_progress_thread() {
@@ -419,11 +543,17 @@ class communicator final : private exec::progress_driver {
   communicator_options options_;
   registration::endpoint_registrar registrar_{*endpoint_};
   std::optional<fabric_registration_cache> cache_;
+  pdcoll::data_path_statistics path_stats_;
+  std::mutex deferred_mutex_;
+  std::vector<transport::memory_region> deferred_invalidations_;
+  std::atomic<bool> deferred_pending_{false};
   int rank_ = 0;
   int world_size_ = 1;
   mutable std::recursive_mutex mutex_;
   std::atomic<bool> aborted_{false};
   std::error_code abort_reason_;
+  std::chrono::steady_clock::time_point abort_time_{};
+  bool endpoint_closed_ = false;
   std::atomic<bool> stop_pending_{false};
   detail::operation_base* active_ = nullptr;
   std::size_t active_count_ = 0;

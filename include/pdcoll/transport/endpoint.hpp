@@ -24,6 +24,17 @@
 //    buffer is then unspecified.
 //  * Messages of any length (0 bytes included) are allowed; transports split
 //    what their provider cannot carry in one message.
+//  * close() shuts the data path for good, for when cancel() is not enough
+//    (libfabric's shm provider cannot cancel a receive already matched to a
+//    peer that died mid-transfer). Afterwards the transport holds no pointer
+//    into any context: every operation outstanding at close() gets exactly one
+//    completion from a later progress() (operation_canceled, or its normal
+//    completion if that was already on its way), none from inside close();
+//    post_send / post_recv fail at once with errc::aborted and post nothing;
+//    wait() does not block while completions are pending; cancel() is a no-op;
+//    register_region may fail but deregister still releases. Idempotent. A
+//    transport may need to return kernel-held buffers first (io_uring), so
+//    "a later progress()" can mean after a short, bounded while.
 #pragma once
 
 #include <chrono>
@@ -138,6 +149,13 @@ class endpoint {
                                     completion_context* ctx) noexcept = 0;
   /// Requests cancellation of an outstanding operation (see contract above).
   virtual void cancel(completion_context* ctx) noexcept = 0;
+  /// Shuts the data path (see the contract above): every outstanding
+  /// operation completes from the following progress() calls, every later
+  /// post fails with errc::aborted. The communicator calls it when an abort's
+  /// cancels have not ended everything within communicator_options::abort_grace.
+  /// Every pdcoll transport overrides it; the default does nothing and is only
+  /// right for test doubles that never hold an operation.
+  virtual void close() noexcept {}
 
   /// Reads completions and calls their contexts; returns how many ran.
   virtual std::size_t progress() noexcept = 0;

@@ -5,7 +5,9 @@
 // user's buffer) or is buffered as unexpected, and completes at once. Every
 // completion is queued on its owner's endpoint and delivered from progress(),
 // as the contract requires. `fabric::kill(rank)` makes a rank vanish, so peer
-// failure paths can be tested without processes.
+// failure paths can be tested without processes. close() ends a rank's posted
+// receives with operation_canceled; sends to a closed rank complete with
+// errc::peer_lost, as they do to a killed one.
 #pragma once
 
 #include <pdcoll/error.hpp>
@@ -59,6 +61,7 @@ struct mailbox {
   std::uint64_t arrivals = 0;
   std::vector<queued_completion> completions;
   bool dead = false;
+  bool closed = false;  // this rank's endpoint was closed: it posts nothing more
 
   void push_completion(completion_context* ctx, completion result) {
     completions.push_back({ctx, std::move(result)});
@@ -129,11 +132,12 @@ class inproc_endpoint final : public endpoint {
                             void*, completion_context* ctx) noexcept override {
     if (peer < 0 || peer >= world_size()) return make_error_code(errc::root_out_of_range);
     auto& own = mine();
+    if (closed()) return make_error_code(errc::aborted);
     auto& box = *fabric_->boxes_[peer];
     completion send_result{{}, length, tag, peer};
     {
       std::lock_guard lock(box.mutex);
-      if (box.dead) {
+      if (box.dead || box.closed) {
         send_result.error = make_error_code(errc::peer_lost);
       } else {
         auto it = std::find_if(box.posted.begin(), box.posted.end(), [&](const detail::posted_receive& r) {
@@ -169,6 +173,7 @@ class inproc_endpoint final : public endpoint {
     if (peer != any_peer && (peer < 0 || peer >= world_size())) return make_error_code(errc::root_out_of_range);
     auto& box = mine();
     std::lock_guard lock(box.mutex);
+    if (box.closed) return make_error_code(errc::aborted);
     // The earliest matching unexpected message from `peer` (or from anyone).
     std::deque<detail::unexpected_message>* queue = nullptr;
     std::deque<detail::unexpected_message>::iterator found;
@@ -217,6 +222,18 @@ class inproc_endpoint final : public endpoint {
     box.posted.erase(it);
   }
 
+  /// Ends every posted receive with operation_canceled (delivered by the
+  /// next progress()); later posts fail with errc::aborted.
+  void close() noexcept override {
+    auto& box = mine();
+    std::lock_guard lock(box.mutex);
+    if (box.closed) return;
+    box.closed = true;
+    for (auto& r : box.posted)
+      box.push_completion(r.ctx, {std::make_error_code(std::errc::operation_canceled), 0, 0, r.peer});
+    box.posted.clear();
+  }
+
   std::size_t progress() noexcept override {
     auto& box = mine();
     {
@@ -253,6 +270,10 @@ class inproc_endpoint final : public endpoint {
 
  private:
   detail::mailbox& mine() noexcept { return *fabric_->boxes_[rank_]; }
+  bool closed() noexcept {
+    std::lock_guard lock(mine().mutex);
+    return mine().closed;
+  }
   std::shared_ptr<fabric> fabric_;
   int rank_;
   std::vector<detail::queued_completion> ready_;

@@ -336,15 +336,40 @@ class fabric_endpoint final : public endpoint {
     if (ctx && (ctx->transport_state[0] & detail::state_outstanding)) request_cancel(ctx);
   }
 
+  /// Closes the fid_ep (fi_close(3)), which is the only way to make some
+  /// providers let go of a receive that fi_cancel cannot reach (shm: a receive
+  /// matched to a peer killed mid-transfer). CQ entries already written are
+  /// kept; progress() then delivers them and ends every other outstanding
+  /// operation with operation_canceled. Later posts fail with errc::aborted;
+  /// the CQ, domain and registrations stay until destruction.
+  void close() noexcept override {
+    if (!ep_) return;
+    closing_ = true;
+    detail::close_fid(&ep_->fid);
+    ep_ = nullptr;
+    // Entries written before (or by) the close: read them now, while their
+    // contexts are certainly alive, and deliver them from progress().
+    while (stash_cq() != 0) {
+    }
+  }
+
   /// Delivers stashed completions, then reads the CQ (at most 64 entries per
   /// call, so one busy peer cannot starve the caller). Returns the number of
-  /// operations completed; chunks of split messages do not count.
+  /// operations completed; chunks of split messages do not count. After
+  /// close(), ends what is still outstanding with operation_canceled.
   std::size_t progress() noexcept override {
     std::size_t ran = 0;
     if (!stash_.empty()) {
       std::vector<detail::cq_event> events;
       events.swap(stash_);
       for (auto& e : events) ran += dispatch(e);
+    }
+    if (!ep_) {
+      while (auto* ctx = outstanding_head_) {
+        finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, posted_peer(ctx)});
+        ++ran;
+      }
+      return ran;
     }
     for (int round = 0; round < 4; ++round) {
       detail::cq_event batch[16];
@@ -798,7 +823,7 @@ class fabric_endpoint final : public endpoint {
       return 1;
     }
     split->continuing = true;
-    if (ctx->transport_state[0] & detail::state_cancel_requested) {
+    if ((ctx->transport_state[0] & detail::state_cancel_requested) || !ep_) {
       finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), split->done,
                              split->tag, split->peer});
       return 1;

@@ -209,6 +209,7 @@ class tcp_endpoint final : public transport::endpoint {
   /// cannot be withdrawn without breaking the stream, so it completes
   /// normally. Unknown or completed contexts are ignored.
   void cancel(completion_context* ctx) noexcept override {
+    if (closed_) return;  // close() already ends everything
     auto* op = lookup(ctx);
     if (!op || op->cancel_requested) return;
     using phase = detail::operation::phase;
@@ -243,6 +244,25 @@ class tcp_endpoint final : public transport::endpoint {
     } else if (op->sent == 0) {
       link.sends.erase(op);
       complete(op, {canceled, 0, op->tag, op->peer});
+    }
+  }
+
+  /// Shuts every connection down (shutdown(2), so receives and blocked sends
+  /// in the kernel return at once) and ends every operation: queued ones with
+  /// operation_canceled at the next progress(), ones the kernel still holds
+  /// when it hands their buffers back (the next few progress() calls). Later
+  /// posts fail with errc::aborted. Peers see this rank as lost.
+  void close() noexcept override {
+    if (closed_) return;
+    closed_ = true;
+    const auto canceled = std::make_error_code(std::errc::operation_canceled);
+    while (auto* op = any_posted_.pop_front()) complete(op, {canceled, 0, op->tag, -1});
+    for (auto& link : peers_) {
+      if (link->rank == rank_) {
+        while (auto* op = link->posted.pop_front()) complete(op, {canceled, 0, op->tag, rank_});
+      } else {
+        fail_peer(*link, canceled);
+      }
     }
   }
 
@@ -293,6 +313,7 @@ class tcp_endpoint final : public transport::endpoint {
 
   std::error_code validate(int peer, const void* buffer, std::size_t length, completion_context* ctx,
                            bool allow_any) const noexcept {
+    if (closed_) return make_error_code(errc::aborted);
     if (!ctx || !ctx->on_complete) return make_error_code(errc::invalid_argument);
     if (!(allow_any && peer == any_peer) && (peer < 0 || peer >= world_size_)) {
       return make_error_code(errc::root_out_of_range);
@@ -829,6 +850,7 @@ class tcp_endpoint final : public transport::endpoint {
   std::size_t in_place_threshold_ = 16 * 1024;
   std::vector<std::unique_ptr<peer_link>> peers_;
   int alive_ = 0;  ///< remote peers not lost
+  bool closed_ = false;  ///< close() ran: nothing more is posted
   detail::intrusive_list<operation> any_posted_;
   detail::intrusive_list<operation> ready_;
   detail::intrusive_list<operation> free_;

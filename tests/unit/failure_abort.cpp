@@ -1,0 +1,197 @@
+// Abort, deadline and data-path-close behaviour of the communicator over inproc.
+#include <doctest/doctest.h>
+
+#include <pdcoll/pdcoll.hpp>
+#include <unit/failure_endpoints.hpp>
+
+#include <chrono>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// The error a sender completed with (empty on success).
+template <class S>
+std::error_code outcome(S&& sender) {
+  try {
+    pdcoll::exec::sync_wait(std::forward<S>(sender));
+  } catch (const std::system_error& e) {
+    return e.code();
+  }
+  return {};
+}
+
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+pdcoll::communicator_options short_timeout(std::chrono::milliseconds t) {
+  pdcoll::communicator_options o;
+  o.timeout = t;
+  o.progress_thread = false;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("an all_reduce whose peer never joins times out and later operations fail at once with aborted") {
+  pdcoll::testing::wrapped_world world(2, [](int) { return pdcoll::testing::endpoint_faults{}; }, short_timeout(300ms));
+  auto& comm = *world.comms[0];
+  std::vector<float> data(1000, 1.0f);
+  const auto start = clock_type::now();
+  CHECK(outcome(pdcoll::all_reduce(comm, data)) == pdcoll::errc::timeout);
+  const double took = ms_since(start);
+  CHECK(took >= 290);
+  CHECK(took < 300 + 1000);
+  CHECK(comm.aborted());
+  CHECK(comm.abort_reason() == pdcoll::errc::timeout);
+  CHECK(comm.pending_operations() == 0);
+  // Every later operation: aborted, at once, nothing posted.
+  const int posts_before = world.counters[0]->data_posts();
+  for (int i = 0; i < 5; ++i) {
+    const auto t = clock_type::now();
+    CHECK(outcome(pdcoll::all_reduce(comm, data)) == pdcoll::errc::aborted);
+    CHECK(outcome(pdcoll::barrier(comm)) == pdcoll::errc::aborted);
+    CHECK(outcome(pdcoll::broadcast(comm, data, 1)) == pdcoll::errc::aborted);
+    CHECK(ms_since(t) < 50);
+  }
+  CHECK(world.counters[0]->data_posts() == posts_before);
+}
+
+TEST_CASE("transfers that ignore their cancel are ended by closing the data path after abort_grace") {
+  // Rank 0's endpoint ignores cancels, as libfabric's shm provider does for a
+  // receive already matched to a peer killed mid-transfer.
+  auto options = short_timeout(200ms);
+  options.abort_grace = 150ms;
+  pdcoll::testing::wrapped_world world(
+      3, [](int rank) { return pdcoll::testing::endpoint_faults{.ignore_cancel = rank == 0, .unreachable = {}}; },
+      options);
+  auto& comm = *world.comms[0];
+  std::vector<double> data(4096, 2.0);
+  const auto start = clock_type::now();
+  CHECK(outcome(pdcoll::all_reduce<pdcoll::algo::ring>(comm, data)) == pdcoll::errc::timeout);
+  const double took = ms_since(start);
+  CHECK(took >= 200 + 150 - 10);
+  CHECK(took < 200 + 150 + 1000);
+  CHECK(world.counters[0]->cancels.load() > 0);
+  CHECK(world.counters[0]->closes.load() == 1);
+  CHECK(comm.data_path_closed());
+  CHECK(comm.pending_operations() == 0);
+  CHECK(outcome(pdcoll::all_reduce(comm, data)) == pdcoll::errc::aborted);
+  // Ranks 1 and 2 received the abort notice: their next operation fails with the reason.
+  for (int r = 1; r < 3; ++r) {
+    auto& other = *world.comms[static_cast<std::size_t>(r)];
+    const auto t = clock_type::now();
+    const auto ec = outcome(pdcoll::all_reduce(other, data));
+    CHECK((ec == pdcoll::errc::timeout || ec == pdcoll::errc::aborted));
+    CHECK(ms_since(t) < 1000);
+    CHECK(other.aborted());
+  }
+}
+
+TEST_CASE("a transport that honours cancel never needs its data path closed") {
+  auto options = short_timeout(200ms);
+  options.abort_grace = 150ms;
+  pdcoll::testing::wrapped_world world(2, [](int) { return pdcoll::testing::endpoint_faults{}; }, options);
+  auto& comm = *world.comms[0];
+  std::vector<int> data(100, 1);
+  CHECK(outcome(pdcoll::all_reduce(comm, data)) == pdcoll::errc::timeout);
+  CHECK_FALSE(comm.data_path_closed());
+  CHECK(world.counters[0]->closes.load() == 0);
+}
+
+TEST_CASE("abort from another thread ends pending collectives on every rank with its reason") {
+  auto options = short_timeout(10s);
+  pdcoll::testing::wrapped_world world(4, [](int) { return pdcoll::testing::endpoint_faults{}; }, options);
+  std::vector<std::error_code> seen(4);
+  std::vector<double> took(4);
+  // Ranks 0..2 start an all_reduce that rank 3 never joins; rank 3 aborts with peer_lost.
+  world.run([&](int rank, pdcoll::communicator& comm) {
+    std::vector<float> data(512, 1.0f);
+    const auto start = clock_type::now();
+    if (rank == 3) {
+      std::this_thread::sleep_for(100ms);
+      comm.abort(make_error_code(pdcoll::errc::peer_lost));
+      seen[3] = outcome(pdcoll::all_reduce(comm, data));
+    } else {
+      seen[static_cast<std::size_t>(rank)] = outcome(pdcoll::all_reduce(comm, data));
+    }
+    took[static_cast<std::size_t>(rank)] = ms_since(start);
+  });
+  for (int r = 0; r < 3; ++r) {
+    CHECK(seen[static_cast<std::size_t>(r)] == pdcoll::errc::peer_lost);
+    CHECK(took[static_cast<std::size_t>(r)] < 2000);  // far below the 10 s deadline
+  }
+  CHECK(seen[3] == pdcoll::errc::aborted);
+}
+
+TEST_CASE("operations in flight on several threads all complete when a rank is killed") {
+  // Two concurrent all_reduces per rank (when_all) while rank 2 dies: every
+  // survivor's operations end with an error within deadline + grace + slack.
+  auto options = short_timeout(300ms);
+  options.abort_grace = 100ms;
+  pdcoll::testing::wrapped_world world(
+      3, [](int) { return pdcoll::testing::endpoint_faults{.ignore_cancel = true, .unreachable = {}}; }, options);
+  std::vector<std::error_code> seen(3);
+  std::vector<double> took(3);
+  world.run([&](int rank, pdcoll::communicator& comm) {
+    if (rank == 2) {
+      world.fabric->kill(2);
+      return;
+    }
+    std::vector<float> a(3000, 1.0f), b(17, 2.0f);
+    const auto start = clock_type::now();
+    seen[static_cast<std::size_t>(rank)] = outcome(pdcoll::exec::when_all(
+        pdcoll::all_reduce<pdcoll::algo::ring>(comm, a), pdcoll::all_reduce<pdcoll::algo::recursive_doubling>(comm, b)));
+    took[static_cast<std::size_t>(rank)] = ms_since(start);
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << " took " << took[static_cast<std::size_t>(r)] << " ms");
+    CHECK(seen[static_cast<std::size_t>(r)]);
+    CHECK(took[static_cast<std::size_t>(r)] < 300 + 100 + 1000);
+    CHECK(world.comms[static_cast<std::size_t>(r)]->pending_operations() == 0);
+  }
+}
+
+TEST_CASE("a closed inproc endpoint cancels its posted receives and refuses posts") {
+  auto fabric = pdcoll::transport::inproc::fabric::create(2);
+  auto ep = fabric->endpoint_for(0);
+  struct recorded : pdcoll::transport::completion_context {
+    int calls = 0;
+    std::error_code error;
+  } r1, r2;
+  auto record = [](pdcoll::transport::completion_context* ctx, const pdcoll::transport::completion& c) noexcept {
+    auto* self = static_cast<recorded*>(ctx);
+    ++self->calls;
+    self->error = c.error;
+  };
+  r1.on_complete = r2.on_complete = record;
+  int a = 0, b = 0;
+  REQUIRE_FALSE(ep->post_recv(1, &a, sizeof a, 5, 0, nullptr, &r1));
+  REQUIRE_FALSE(ep->post_recv(pdcoll::transport::any_peer, &b, sizeof b, 6, 0, nullptr, &r2));
+  ep->close();
+  CHECK(r1.calls == 0);  // never from inside close()
+  ep->close();           // idempotent
+  ep->progress();
+  CHECK(r1.calls == 1);
+  CHECK(r2.calls == 1);
+  CHECK(r1.error == std::errc::operation_canceled);
+  CHECK(r2.error == std::errc::operation_canceled);
+  recorded r3;
+  r3.on_complete = record;
+  CHECK(ep->post_send(1, &a, sizeof a, 5, nullptr, &r3) == pdcoll::errc::aborted);
+  CHECK(ep->post_recv(1, &a, sizeof a, 5, 0, nullptr, &r3) == pdcoll::errc::aborted);
+  ep->progress();
+  CHECK(r3.calls == 0);
+  // The peer's sends to the closed rank fail instead of piling up.
+  auto peer = fabric->endpoint_for(1);
+  recorded s;
+  s.on_complete = record;
+  REQUIRE_FALSE(peer->post_send(0, &a, sizeof a, 5, nullptr, &s));
+  peer->progress();
+  CHECK(s.error == pdcoll::errc::peer_lost);
+}

@@ -1,0 +1,130 @@
+// File: tests/unit/failure_endpoints.hpp — endpoint doubles for the failure
+// and bad-input tests: a wrapper that counts what is posted, can ignore
+// cancels (as libfabric's shm does for a receive matched to a dead peer) and
+// can declare a memory kind unreachable; and a runner of N communicators over
+// such wrappers on the inproc transport.
+#pragma once
+
+#include <pdcoll/communicator.hpp>
+#include <pdcoll/detail/tags.hpp>
+#include <pdcoll/transport/inproc.hpp>
+
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace pdcoll::testing {
+
+/// What a wrapped endpoint saw; shared with the test (the communicator owns the endpoint).
+struct endpoint_counters {
+  std::atomic<int> sends{0};
+  std::atomic<int> receives{0};
+  std::atomic<int> cancels{0};
+  std::atomic<int> closes{0};
+  /// Posts of the data path (abort notices and the control receive excluded).
+  int data_posts() const noexcept { return data_sends.load() + data_receives.load(); }
+  std::atomic<int> data_sends{0};
+  std::atomic<int> data_receives{0};
+};
+
+/// How a wrapped endpoint misbehaves.
+struct endpoint_faults {
+  bool ignore_cancel = false;  ///< cancel() does nothing (close() still ends everything)
+  std::optional<transport::memory_kind> unreachable;  ///< path_for(kind) answers unreachable
+};
+
+/// Forwards to an inner endpoint, counting and injecting endpoint_faults.
+class wrapped_endpoint final : public transport::endpoint {
+ public:
+  wrapped_endpoint(std::unique_ptr<transport::endpoint> inner, std::shared_ptr<endpoint_counters> counters,
+                   endpoint_faults faults)
+      : inner_(std::move(inner)), counters_(std::move(counters)), faults_(faults) {}
+
+  int rank() const noexcept override { return inner_->rank(); }
+  int world_size() const noexcept override { return inner_->world_size(); }
+  std::string name() const override { return "wrapped:" + inner_->name(); }
+  std::error_code post_send(int peer, const void* buffer, std::size_t length, std::uint64_t tag, void* descriptor,
+                            transport::completion_context* ctx) noexcept override {
+    ++counters_->sends;
+    if (!is_control(tag)) ++counters_->data_sends;
+    return inner_->post_send(peer, buffer, length, tag, descriptor, ctx);
+  }
+  std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag, std::uint64_t ignore,
+                            void* descriptor, transport::completion_context* ctx) noexcept override {
+    ++counters_->receives;
+    if (!is_control(tag)) ++counters_->data_receives;
+    return inner_->post_recv(peer, buffer, length, tag, ignore, descriptor, ctx);
+  }
+  void cancel(transport::completion_context* ctx) noexcept override {
+    ++counters_->cancels;
+    if (!faults_.ignore_cancel) inner_->cancel(ctx);
+  }
+  void close() noexcept override {
+    ++counters_->closes;
+    inner_->close();
+  }
+  std::size_t progress() noexcept override { return inner_->progress(); }
+  void wait(std::chrono::steady_clock::time_point deadline) noexcept override { inner_->wait(deadline); }
+  transport::data_path path_for(transport::memory_kind kind) const noexcept override {
+    if (faults_.unreachable && *faults_.unreachable == kind) return transport::data_path::unreachable;
+    return inner_->path_for(kind);
+  }
+  bool needs_registration(transport::memory_kind kind) const noexcept override {
+    return inner_->needs_registration(kind);
+  }
+  std::error_code register_region(const transport::memory_region& region,
+                                  transport::registration_handle& out) noexcept override {
+    return inner_->register_region(region, out);
+  }
+  void deregister(transport::registration_handle& handle) noexcept override { inner_->deregister(handle); }
+
+ private:
+  // detail/tags.hpp: control messages (abort notices) have a tag of their own.
+  static bool is_control(std::uint64_t tag) noexcept { return tag == pdcoll::detail::control_tag(); }
+
+  std::unique_ptr<transport::endpoint> inner_;
+  std::shared_ptr<endpoint_counters> counters_;
+  endpoint_faults faults_;
+};
+
+/// N communicators over wrapped inproc endpoints, created together.
+struct wrapped_world {
+  std::shared_ptr<transport::inproc::fabric> fabric;
+  std::vector<std::shared_ptr<endpoint_counters>> counters;
+  std::vector<std::unique_ptr<communicator>> comms;
+
+  /// `faults_of(rank)` picks each rank's faults.
+  wrapped_world(int world_size, const std::function<endpoint_faults(int)>& faults_of,
+                communicator_options options = {})
+      : fabric(transport::inproc::fabric::create(world_size)) {
+    for (int r = 0; r < world_size; ++r) {
+      counters.push_back(std::make_shared<endpoint_counters>());
+      comms.push_back(std::make_unique<communicator>(
+          std::make_unique<wrapped_endpoint>(fabric->endpoint_for(r), counters.back(), faults_of(r)), options));
+    }
+  }
+
+  /// Runs body(rank, comm) on every rank in its own thread; rethrows the first exception.
+  void run(const std::function<void(int, communicator&)>& body) {
+    std::vector<std::exception_ptr> errors(comms.size());
+    std::vector<std::thread> threads;
+    for (std::size_t r = 0; r < comms.size(); ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          body(static_cast<int>(r), *comms[r]);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+};
+
+}  // namespace pdcoll::testing
