@@ -5,7 +5,11 @@
 # (driver/ holds the script: tests/CMakeLists.txt includes every consumer/*.cmake.)
 # Each test installs/builds in its own folder under the build tree, so they
 # run in parallel; the consumer is built without the tree's sanitizer flags.
-foreach(mode IN ITEMS find_package add_subdirectory pkg_config)
+set(PDCOLL_CONSUMER_MODES add_subdirectory)
+if(PDCOLL_INSTALL)  # the other two consume `cmake --install`'s result
+  list(PREPEND PDCOLL_CONSUMER_MODES find_package pkg_config)
+endif()
+foreach(mode IN LISTS PDCOLL_CONSUMER_MODES)
   add_test(NAME consumer.${mode}
            COMMAND ${CMAKE_COMMAND} -DMODE=${mode} -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
                    -DBINARY_DIR=${PROJECT_BINARY_DIR} -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/consumer/${mode}

@@ -1,0 +1,14 @@
+# Examples run as tests: each runs its own PASS/FAIL check on several ranks
+# through tools/pdcoll-run, with a small problem size. Only when the examples
+# are built (the tsan preset turns them off).
+if(PDCOLL_BUILD_EXAMPLES)
+  # 4 ranks over libfabric (shm), 3 ranks (a batch that does not split evenly)
+  # over the io_uring transport; 20 steps, global batch 48 (50: 16+17+17), buckets of 96 floats.
+  add_test(NAME examples.data_parallel_training.n4
+           COMMAND ${PDCOLL_RUN} -n 4 --timeout 120 $<TARGET_FILE:data_parallel_training> 20 48 96)
+  add_test(NAME examples.data_parallel_training.uring.n3
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 120 $<TARGET_FILE:data_parallel_training> 20 50 96)
+  set_tests_properties(examples.data_parallel_training.uring.n3 PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
+  set_tests_properties(examples.data_parallel_training.n4 examples.data_parallel_training.uring.n3
+                       PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
+endif()
