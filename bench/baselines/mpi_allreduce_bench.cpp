@@ -1,0 +1,145 @@
+// File: bench/baselines/mpi_allreduce_bench.cpp — the MPI baseline for
+// pdcoll-bench: MPI_Allreduce of float32 sums, out-of-place and in place
+// (MPI_IN_PLACE), with pdcoll-bench's sizes, timing (median over -n
+// iterations on rank 0 after warm-up and a barrier), columns and files.
+//
+//     mpirun -n 4 --oversubscribe --mca btl self,vader mpi_allreduce_bench -b 4K -e 256M -f 2
+//     mpirun -n 2 --mca btl self,tcp --mca btl_tcp_if_include lo mpi_allreduce_bench --transport tcp
+//
+// --transport only labels the CSV/JSON rows (the btl is chosen on mpirun's
+// command line). -c 1 checks every element (rank r contributes r + 1 + i % 7).
+#include "../bench_report.hpp"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+/// The options pdcoll-bench shares with this baseline.
+struct options {
+  std::string min_bytes = "32M", max_bytes = "32M", transport = "mpi", csv, json;
+  double factor = 2;
+  int iters = 20, warmup = 5, check = 1;
+};
+
+/// Parses nccl-tests' short options; false on a usage error.
+bool parse(int argc, char** argv, options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) return false;
+    const std::string v = argv[++i];
+    if (a == "-b") o.min_bytes = v;
+    else if (a == "-e") o.max_bytes = v;
+    else if (a == "-f") o.factor = std::stod(v);
+    else if (a == "-n") o.iters = std::stoi(v);
+    else if (a == "-w") o.warmup = std::stoi(v);
+    else if (a == "-c") o.check = std::stoi(v);
+    else if (a == "--transport") o.transport = v;
+    else if (a == "--csv") o.csv = v;
+    else if (a == "--json") o.json = v;
+    else return false;
+  }
+  return o.iters > 0 && o.warmup >= 0;
+}
+
+float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }
+
+/// Times one placement and (-c 1) checks it.
+pdcoll::bench::measurement measure(std::size_t count, bool in_place, const options& o, int rank, int world) {
+  std::vector<float> in(count), out(count);
+  for (std::size_t i = 0; i < count; ++i) in[i] = input(rank, i);
+  const int n = static_cast<int>(count);
+  auto once = [&] {
+    if (in_place) MPI_Allreduce(MPI_IN_PLACE, in.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  };
+  for (int i = 0; i < o.warmup; ++i) once();
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<double> samples;
+  for (int i = 0; i < o.iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    once();
+    samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  pdcoll::bench::measurement m;
+  m.time_us = pdcoll::bench::median(samples);
+  pdcoll::bench::set_bandwidth(m, count * sizeof(float), "all_reduce", world);
+  if (o.check) {
+    for (std::size_t i = 0; i < count; ++i) in[i] = input(rank, i);
+    std::fill(out.begin(), out.end(), -1.0f);
+    once();
+    const std::vector<float>& got = in_place ? in : out;
+    long long wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      float expected = 0;
+      for (int r = 0; r < world; ++r) expected += input(r, i);  // small integers: exact in any order
+      if (got[i] != expected) ++wrong;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    m.wrong = wrong;
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  options o;
+  std::vector<std::size_t> sizes;
+  bool ok = false;
+  try {
+    ok = parse(argc, argv, o);
+    if (ok)
+      sizes = pdcoll::bench::size_sweep(pdcoll::bench::parse_bytes(o.min_bytes), pdcoll::bench::parse_bytes(o.max_bytes),
+                                        o.factor);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok || sizes.empty()) {
+    if (rank == 0)
+      std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
+                           "[--transport label] [--csv file] [--json file]\n");
+    MPI_Finalize();
+    return 2;
+  }
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int version_length = 0;
+  MPI_Get_library_version(version, &version_length);
+  std::unique_ptr<pdcoll::bench::report> report;
+  if (rank == 0) {
+    report = std::make_unique<pdcoll::bench::report>(
+        pdcoll::bench::run_description{"openmpi", o.transport, "MPI_Allreduce", "all_reduce", "host", world, "median"},
+        o.csv, o.json);
+    std::string first_line(version, std::strcspn(version, "\n,"));
+    std::printf("# mpi_allreduce_bench all_reduce  ranks %d  transport %s  library %s\n", world, o.transport.c_str(),
+                first_line.c_str());
+    std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d "
+                "time: median of iters, rank 0\n",
+                sizes.front(), sizes.back(), o.factor, o.warmup, o.iters, o.check);
+    report->print_header();
+  }
+  for (std::size_t bytes : sizes) {
+    pdcoll::bench::row r;
+    r.count = bytes / sizeof(float);
+    r.bytes = r.count * sizeof(float);
+    r.type = "float";
+    r.redop = "sum";
+    r.out_of_place = measure(r.count, false, o, rank, world);
+    r.in_place = measure(r.count, true, o, rank, world);
+    if (report) report->add(r);
+  }
+  const long long wrong = report ? report->finish() : 0;
+  MPI_Finalize();
+  return wrong ? 1 : 0;
+}

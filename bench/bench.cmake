@@ -1,0 +1,26 @@
+# pdcoll-bench (bench/pdcoll_bench.cpp): nccl-tests-style benchmark of every
+# collective; progress_bench (bench/progress_bench.cpp): one round trip
+# through the progress engine; the MPI and Gloo baselines (bench/baselines/,
+# built only when found). Build them optimised for measurements:
+#   cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF
+#   cmake --build build-bench --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench
+# bench/compare.sh builds and runs all of them.
+find_package(CLI11 QUIET)
+if(CLI11_FOUND)
+  add_executable(pdcoll-bench ${CMAKE_CURRENT_LIST_DIR}/pdcoll_bench.cpp)
+  target_link_libraries(pdcoll-bench PRIVATE pdcoll::pdcoll CLI11::CLI11)
+  # tests/support/reference.hpp: the deterministic inputs and the reference reduction.
+  target_include_directories(pdcoll-bench PRIVATE ${PROJECT_SOURCE_DIR}/tests ${CMAKE_CURRENT_LIST_DIR})
+else()
+  message(STATUS "pdcoll: CLI11 not found (libcli11-dev); pdcoll-bench is not built")
+endif()
+
+find_package(benchmark QUIET)
+if(benchmark_FOUND)
+  add_executable(progress_bench ${CMAKE_CURRENT_LIST_DIR}/progress_bench.cpp)
+  target_link_libraries(progress_bench PRIVATE pdcoll::pdcoll benchmark::benchmark)
+else()
+  message(STATUS "pdcoll: Google Benchmark not found; progress_bench is not built")
+endif()
+
+include(${CMAKE_CURRENT_LIST_DIR}/baselines/baselines.cmake)

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# File: bench/compare.sh — pdcoll against Open MPI and Gloo, in one invocation:
+# float32 sum all-reduce (in-place rows), 2 and 4 ranks on this machine,
+#   pdcoll      libfabric shm, libfabric tcp, io_uring tcp   (pdcoll-bench, algo automatic)
+#   Open MPI    shared memory (btl self,vader), TCP loopback (btl self,tcp, lo)
+#   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
+# over 4 KiB .. 256 MiB (×4 steps by default), plus an 8-byte latency row per
+# library. Writes one CSV (library, transport, algorithm, ranks,
+# oversubscribed, bytes, time_us, busbw_GBps), a PNG (busbw vs size, one
+# panel per rank count) and a ratio table, all under --out.
+#
+#   bench/compare.sh                     # full sweep (tens of minutes on 2 cores)
+#   bench/compare.sh --max 16M --iters 5 # quick smoke
+#
+# Options: --min BYTES (4K) --max BYTES (256M) --factor F (4) --iters N (10)
+# --warmup N (2) --ranks "2 4" --out DIR (bench/results) --build DIR
+# (build-bench) --no-build. Runs with more ranks than cores are marked
+# oversubscribed in the CSV, the plot and the table; they are kept, not hidden.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+min=4K max=256M factor=4 iters=10 warmup=2 ranks="2 4" out=bench/results build=build-bench do_build=1
+while (($#)); do
+  case "$1" in
+    --min) min=$2; shift 2 ;;
+    --max) max=$2; shift 2 ;;
+    --factor) factor=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+if ((do_build)); then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench
+fi
+bin=$build/bench
+for p in pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench; do
+  [ -x "$bin/$p" ] || { echo "compare.sh: $bin/$p is missing (scripts/install-deps.sh --bench, then build)" >&2; exit 1; }
+done
+
+mkdir -p "$out"
+raw=$(mktemp -d /tmp/pdcoll-compare.XXXXXX)
+trap 'rm -rf "$raw"' EXIT
+log=$out/compare.log
+: >"$log"
+# Open MPI as root in a container, more ranks than cores; keep it from
+# probing other interfaces.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
+mpi=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+timeout_s=1800
+n=0
+
+run() {  # run NAME COMMAND...: output to the log, the CSV to $raw/NAME.csv
+  local name=$1; shift
+  echo "== $name: $*" | tee -a "$log"
+  if ! timeout "$timeout_s" "$@" >>"$log" 2>&1; then
+    echo "compare.sh: $name failed (see $log)" | tee -a "$log" >&2
+  fi
+}
+
+sizes() {  # sizes sweep|latency: sets args to the size options
+  if [ "$1" = sweep ]; then args=(-b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c 0)
+  else args=(-b 8 -e 8 -n 200 -w 20 -c 0); fi
+}
+
+for r in $ranks; do
+  for t in shm tcp uring; do
+    for what in sweep latency; do
+      sizes "$what"
+      run "pdcoll-$t-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
+        "$bin/pdcoll-bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
+    done
+  done
+  for t in vader tcp; do
+    btl=(--mca btl "self,$t")
+    [ "$t" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
+    for what in sweep latency; do
+      sizes "$what"
+      run "openmpi-$t-n$r-$what" "${mpi[@]}" -n "$r" "${btl[@]}" \
+        "$bin/mpi_allreduce_bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
+    done
+  done
+  for a in allreduce ring_chunked halving_doubling; do
+    for what in sweep latency; do
+      sizes "$what"
+      run "gloo-$a-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
+        "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/$((n++)).csv"
+    done
+  done
+done
+
+python3 bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
+  --table "$out/compare.md" "$raw"/*.csv
+cat "$out/compare.md"
+echo "compare.sh: wrote $out/compare.csv, $out/compare.png, $out/compare.md (full output: $log)"

@@ -1,0 +1,455 @@
+// File: bench/pdcoll_bench.cpp — pdcoll-bench: the nccl-tests of pdcoll. Same
+// command line (-b -e -f -n -w -c -o -d -r), same columns (size count type
+// redop root | time algbw busbw #wrong, out-of-place then in-place), same
+// bus-bandwidth factors and footer, for every collective, transport,
+// all-reduce algorithm and memory domain.
+//
+//     tools/pdcoll-run -n 4 build-bench/bench/pdcoll-bench -b 8 -e 128M -f 2 -c 1
+//     tools/pdcoll-run -n 2 build-bench/bench/pdcoll-bench --collective all_gather --transport tcp
+//     mpirun -n 4 build-bench/bench/pdcoll-bench --algo ring --csv ring.csv
+//
+// Time: the MEDIAN over -n iterations of one operation as rank 0 sees it,
+// after warm-up and a barrier (nccl-tests reports the mean; the median is
+// steadier on a shared machine). Check mode (-c 1): after timing, each
+// placement runs once more on deterministic inputs and every rank compares
+// its result with a reference (tests/support/reference.hpp: exact for
+// integers, min, max and data movement; the order-independent rounding
+// bound for floating-point sums, products and averages); #wrong is the total
+// over all ranks. Exit status 1 when anything was wrong or an operation failed.
+#include "bench_report.hpp"
+
+#include <support/reference.hpp>
+
+#include <pdcoll/memory/emulated_device.hpp>
+#include <pdcoll/pdcoll.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+namespace memory = pdcoll::memory;
+namespace exec = pdcoll::exec;
+using pdcoll::bench::measurement;
+
+/// The command line.
+struct options {
+  std::string min_bytes = "32M";
+  std::string max_bytes = "32M";
+  double factor = 2;
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  std::string op = "sum";
+  std::string type = "float";
+  int root = 0;
+  std::string collective = "all_reduce";
+  std::string algo = "automatic";
+  std::string transport;  // empty: the environment's choice
+  std::string domain = "host";
+  std::string json;
+  std::string csv;
+};
+
+/// Where pdcoll-bench's collectives read and write: a host vector or an
+/// emulated-device allocation, behind the same small interface.
+template <class T, class D>
+class bench_buffer;
+
+template <class T>
+class bench_buffer<T, memory::host> {
+ public:
+  using domain_handle = memory::host*;
+  bench_buffer(domain_handle, std::size_t count) : data_(count) {}
+  pdcoll::view<T, memory::host> view() { return {data_.data(), data_.size()}; }
+  void write(const std::vector<T>& values) { std::copy(values.begin(), values.end(), data_.begin()); }
+  std::vector<T> read() const { return data_; }
+
+ private:
+  std::vector<T> data_;
+};
+
+template <class T>
+class bench_buffer<T, memory::emulated_device> {
+ public:
+  using domain_handle = memory::emulated_device*;
+  bench_buffer(domain_handle device, std::size_t count) : device_(device), buffer_(device->template allocate<T>(count)) {}
+  pdcoll::view<T, memory::emulated_device> view() { return buffer_.view(); }
+  void write(const std::vector<T>& values) {
+    device_->copy_from_host(std::span<const T>(values.data(), values.size()), buffer_.view());
+  }
+  std::vector<T> read() const {
+    std::vector<T> host(buffer_.size());
+    device_->copy_to_host(buffer_.view(), std::span<T>(host));
+    return host;
+  }
+
+ private:
+  domain_handle device_;
+  memory::device_buffer<T, memory::emulated_device> buffer_;
+};
+
+/// Calls f(op) with the op object `name` stands for.
+template <class F>
+decltype(auto) with_op(const std::string& name, F&& f) {
+  if (name == "prod") return f(pdcoll::op::prod);
+  if (name == "min") return f(pdcoll::op::min);
+  if (name == "max") return f(pdcoll::op::max);
+  if (name == "avg") return f(pdcoll::op::avg);
+  return f(pdcoll::op::sum);
+}
+
+/// Element counts of one size for one collective.
+struct layout {
+  std::size_t count = 0;      // nccl-tests' count column: elements in `bytes`
+  std::size_t bytes = 0;      // nccl-tests' size column
+  std::size_t in_count = 0;   // this rank's input elements
+  std::size_t out_count = 0;  // this rank's output elements
+  std::size_t block = 0;      // per-rank block (all_gather, reduce_scatter, all_to_all)
+  bool in_place = true;       // whether pdcoll accepts input == output
+};
+
+bool reduces(const std::string& collective) {
+  return collective == "all_reduce" || collective == "reduce" || collective == "reduce_scatter";
+}
+bool rooted(const std::string& collective) { return collective == "broadcast" || collective == "reduce"; }
+
+/// The benchmark of one element type in one memory domain.
+template <class T, class D>
+class runner {
+ public:
+  runner(pdcoll::communicator& comm, const options& opt, typename bench_buffer<T, D>::domain_handle domain)
+      : comm_(comm), opt_(opt), domain_(domain), rank_(comm.rank()), world_(comm.world_size()) {}
+
+  layout plan(std::size_t bytes) const {
+    layout l;
+    const auto P = static_cast<std::size_t>(world_);
+    l.count = bytes / sizeof(T);
+    const std::string& c = opt_.collective;
+    if (c == "all_gather" || c == "reduce_scatter" || c == "all_to_all") {
+      l.count = l.count / P * P;  // nccl-tests rounds the total down to a multiple of the ranks
+      l.block = l.count / P;
+      l.in_count = c == "all_gather" ? l.block : l.count;
+      l.out_count = c == "reduce_scatter" ? l.block : l.count;
+      l.in_place = false;  // pdcoll rejects overlapping input and output for these
+    } else {
+      l.in_count = l.out_count = l.count;
+      l.in_place = c != "sendrecv";
+    }
+    l.bytes = l.count * sizeof(T);
+    return l;
+  }
+
+  /// Measures both placements of one size.
+  pdcoll::bench::row run(std::size_t bytes, std::uint64_t salt) {
+    const layout l = plan(bytes);
+    pdcoll::bench::row r;
+    r.bytes = l.bytes;
+    r.count = l.count;
+    r.redop = reduces(opt_.collective) ? opt_.op : "none";
+    r.root = rooted(opt_.collective) ? opt_.root : -1;
+    r.out_of_place = measure(l, false, salt);
+    r.in_place = l.in_place ? measure(l, true, salt + 1) : measurement{false};
+    return r;
+  }
+
+ private:
+  /// One placement: warm-up, barrier, timed iterations, then (-c 1) a checked run.
+  measurement measure(const layout& l, bool in_place, std::uint64_t salt) {
+    bench_buffer<T, D> in(domain_, l.in_count);
+    std::unique_ptr<bench_buffer<T, D>> separate_out;
+    if (!in_place) separate_out = std::make_unique<bench_buffer<T, D>>(domain_, l.out_count);
+    bench_buffer<T, D>& out = in_place ? in : *separate_out;
+    in.write(input_of(rank_, salt, l.in_count));  // touches the pages before timing
+
+    for (int i = 0; i < opt_.warmup; ++i) run_once(in, out);
+    exec::sync_wait(pdcoll::barrier(comm_));
+    std::vector<double> samples;
+    samples.reserve(static_cast<std::size_t>(opt_.iters));
+    for (int i = 0; i < opt_.iters; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run_once(in, out);
+      samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    measurement m;
+    m.time_us = pdcoll::bench::median(samples);
+    pdcoll::bench::set_bandwidth(m, l.bytes, opt_.collective, world_);
+
+    if (opt_.check) {
+      in.write(input_of(rank_, salt, l.in_count));
+      if (!in_place) out.write(input_of(rank_, salt ^ 0x5eed, l.out_count));  // stale values must be overwritten
+      run_once(in, out);
+      std::vector<std::uint64_t> wrong{count_wrong(l, out.read(), salt)};
+      exec::sync_wait(pdcoll::all_reduce(comm_, wrong, pdcoll::op::sum));
+      m.wrong = static_cast<long long>(wrong[0]);
+    }
+    return m;
+  }
+
+  bool for_product() const { return reduces(opt_.collective) && opt_.op == "prod"; }
+
+  std::vector<T> input_of(int rank, std::uint64_t salt, std::size_t count) const {
+    return pdcoll::testing::make_input<T>(salt, rank, count, for_product());
+  }
+
+  /// Runs the collective once, to completion (throws std::system_error on failure).
+  void run_once(bench_buffer<T, D>& in, bench_buffer<T, D>& out) {
+    const std::string& c = opt_.collective;
+    auto vin = in.view();
+    auto vout = out.view();
+    if (c == "all_reduce") {
+      with_op(opt_.op, [&](auto op) {
+        if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+          exec::sync_wait(pdcoll::all_reduce(comm_, vin, vout, op));
+      });
+    } else if (c == "broadcast") {
+      if (opt_.algo == "chain") exec::sync_wait(pdcoll::broadcast<pdcoll::algo::chain>(comm_, vin, vout, opt_.root));
+      else exec::sync_wait(pdcoll::broadcast<pdcoll::algo::tree>(comm_, vin, vout, opt_.root));
+    } else if (c == "reduce") {
+      with_op(opt_.op, [&](auto op) {
+        if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+          exec::sync_wait(pdcoll::reduce(comm_, vin, vout, op, opt_.root));
+      });
+    } else if (c == "all_gather") {
+      if (opt_.algo == "recursive_doubling")
+        exec::sync_wait(pdcoll::all_gather<pdcoll::algo::recursive_doubling>(comm_, vin, vout));
+      else exec::sync_wait(pdcoll::all_gather<pdcoll::algo::ring>(comm_, vin, vout));
+    } else if (c == "reduce_scatter") {
+      with_op(opt_.op, [&](auto op) {
+        if constexpr (pdcoll::is_supported_v<T, decltype(op)>) {
+          if (opt_.algo == "recursive_halving" || opt_.algo == "rabenseifner")
+            exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::recursive_halving>(comm_, vin, vout, op));
+          else exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::ring>(comm_, vin, vout, op));
+        }
+      });
+    } else if (c == "all_to_all") {
+      exec::sync_wait(pdcoll::all_to_all(comm_, vin, vout));
+    } else {  // sendrecv: a ring shift, as nccl-tests' sendrecv_perf
+      const int next = (rank_ + 1) % world_, prev = (rank_ + world_ - 1) % world_;
+      exec::sync_wait(exec::when_all(pdcoll::send(comm_, next, vin), pdcoll::recv(comm_, prev, vout)));
+    }
+  }
+
+  static bool same_bits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
+
+  /// Elements of this rank's result that differ from the reference.
+  std::uint64_t count_wrong(const layout& l, const std::vector<T>& got, std::uint64_t salt) const {
+    const std::string& c = opt_.collective;
+    const bool prod = for_product();
+    std::uint64_t wrong = 0;
+    auto reduced_wrong = [&](std::size_t n, std::size_t offset) {
+      with_op(opt_.op, [&](auto op) {
+        using Op = decltype(op);
+        if constexpr (pdcoll::is_supported_v<T, Op>) {
+          for (std::size_t k = 0; k < n; ++k)
+            if (!pdcoll::testing::check_reduced<T, Op>(&got[k], 1, salt, world_, offset + k).empty()) ++wrong;
+        }
+      });
+    };
+    auto moved_wrong = [&](std::size_t n, std::size_t out_offset, int src, std::size_t src_offset) {
+      for (std::size_t k = 0; k < n; ++k)
+        if (!same_bits(got[out_offset + k], pdcoll::testing::input_value<T>(salt, src, src_offset + k, prod))) ++wrong;
+    };
+    if (c == "all_reduce") {
+      reduced_wrong(l.count, 0);
+    } else if (c == "reduce") {
+      if (rank_ == opt_.root) reduced_wrong(l.count, 0);
+    } else if (c == "reduce_scatter") {
+      reduced_wrong(l.block, static_cast<std::size_t>(rank_) * l.block);
+    } else if (c == "broadcast") {
+      moved_wrong(l.count, 0, opt_.root, 0);
+    } else if (c == "all_gather") {
+      for (int p = 0; p < world_; ++p) moved_wrong(l.block, static_cast<std::size_t>(p) * l.block, p, 0);
+    } else if (c == "all_to_all") {
+      for (int p = 0; p < world_; ++p)
+        moved_wrong(l.block, static_cast<std::size_t>(p) * l.block, p, static_cast<std::size_t>(rank_) * l.block);
+    } else {  // sendrecv
+      moved_wrong(l.count, 0, (rank_ + world_ - 1) % world_, 0);
+    }
+    return wrong;
+  }
+
+  pdcoll::communicator& comm_;
+  const options& opt_;
+  typename bench_buffer<T, D>::domain_handle domain_;
+  int rank_, world_;
+};
+
+/// The sweep for element type T in domain D; returns the wrong-value count.
+template <class T, class D>
+long long sweep(pdcoll::communicator& comm, const options& opt, typename bench_buffer<T, D>::domain_handle domain,
+                const std::vector<std::size_t>& sizes, pdcoll::bench::report* report) {
+  runner<T, D> bench(comm, opt, domain);
+  std::uint64_t salt = 1;
+  for (std::size_t bytes : sizes) {
+    auto r = bench.run(bytes, salt);
+    salt += 2;
+    r.type = opt.type;
+    if (report) report->add(r);
+  }
+  return report ? report->finish() : 0;
+}
+
+/// Calls f(T{}) for the nccl-tests type name.
+template <class F>
+void with_type(const std::string& name, F&& f) {
+  if (name == "float") f(float{});
+  else if (name == "double") f(double{});
+  else if (name == "half") f(pdcoll::float16{});
+  else if (name == "bfloat16") f(pdcoll::bfloat16{});
+  else if (name == "int8") f(std::int8_t{});
+  else if (name == "uint8") f(std::uint8_t{});
+  else if (name == "int32") f(std::int32_t{});
+  else if (name == "uint32") f(std::uint32_t{});
+  else if (name == "int64") f(std::int64_t{});
+  else f(std::uint64_t{});
+}
+
+/// The algorithms --algo accepts for each collective (the first is the default).
+const std::map<std::string, std::vector<std::string>>& algorithms() {
+  static const std::map<std::string, std::vector<std::string>> table{
+      {"all_reduce", {"automatic", "ring", "recursive_doubling", "rabenseifner", "tree", "direct"}},
+      {"broadcast", {"tree", "chain"}},
+      {"reduce", {"tree"}},
+      {"all_gather", {"ring", "recursive_doubling"}},
+      {"reduce_scatter", {"ring", "recursive_halving", "rabenseifner"}},
+      {"all_to_all", {"pairwise"}},
+      {"sendrecv", {"direct"}},
+  };
+  return table;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options opt;
+  CLI::App app{
+      "pdcoll-bench: nccl-tests-style benchmark of pdcoll's collectives.\n"
+      "Launch under tools/pdcoll-run, mpirun or srun. Time is the MEDIAN over -n iterations of one\n"
+      "operation measured by rank 0 after warm-up and a barrier (nccl-tests reports the mean).\n"
+      "busbw = algbw x factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter (size = whole buffer)\n"
+      "and all_to_all (n-1)/n; broadcast, reduce, sendrecv 1. In-place all_gather, reduce_scatter,\n"
+      "all_to_all and sendrecv print N/A: pdcoll rejects overlapping input and output for them.",
+      "pdcoll-bench"};
+  app.add_option("-b,--minbytes", opt.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
+  app.add_option("-e,--maxbytes", opt.max_bytes, "largest size in bytes (K/M/G suffixes)")->capture_default_str();
+  app.add_option("-f,--stepfactor", opt.factor, "multiplication factor between sizes")->capture_default_str();
+  app.add_option("-n,--iters", opt.iters, "timed iterations per size")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per size")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--check", opt.check, "check results: 0 or 1")->capture_default_str()->check(CLI::Range(0, 1));
+  app.add_option("-o,--op", opt.op, "reduction: sum|prod|min|max|avg")
+      ->capture_default_str()->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}));
+  app.add_option("-d,--datatype", opt.type, "element type")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64"}));
+  app.add_option("-r,--root", opt.root, "root rank of broadcast and reduce")->capture_default_str();
+  app.add_option("--collective", opt.collective, "collective to measure")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"}));
+  app.add_option("--algo", opt.algo,
+                 "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct (sets PDCOLL_ALGO); "
+                 "broadcast tree|chain; all_gather ring|recursive_doubling; reduce_scatter ring|recursive_halving")
+      ->capture_default_str();
+  app.add_option("--transport", opt.transport, "shm|tcp (libfabric) or uring; sets PDCOLL_TRANSPORT/PDCOLL_PROVIDER")
+      ->check(CLI::IsMember({"shm", "tcp", "uring"}));
+  app.add_option("--domain", opt.domain, "buffer memory: host|emulated_device")
+      ->capture_default_str()->check(CLI::IsMember({"host", "emulated_device"}));
+  app.add_option("--json", opt.json, "also write the rows to this JSON file (rank 0)");
+  app.add_option("--csv", opt.csv, "also write the rows to this CSV file (rank 0)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<std::size_t> sizes;
+  try {
+    sizes = pdcoll::bench::size_sweep(pdcoll::bench::parse_bytes(opt.min_bytes),
+                                      pdcoll::bench::parse_bytes(opt.max_bytes), opt.factor);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pdcoll-bench: %s\n", e.what());
+    return 2;
+  }
+  if (sizes.empty()) {
+    std::fprintf(stderr, "pdcoll-bench: -b %s is larger than -e %s\n", opt.min_bytes.c_str(), opt.max_bytes.c_str());
+    return 2;
+  }
+  const auto& valid = algorithms().at(opt.collective);
+  if (std::find(valid.begin(), valid.end(), opt.algo) == valid.end()) {
+    if (opt.algo != "automatic") {
+      std::fprintf(stderr, "pdcoll-bench: --algo %s does not apply to %s\n", opt.algo.c_str(), opt.collective.c_str());
+      return 2;
+    }
+    opt.algo = valid.front();
+  }
+  bool op_ok = true;
+  with_type(opt.type, [&](auto t) {
+    with_op(opt.op, [&](auto op) { op_ok = pdcoll::is_supported_v<decltype(t), decltype(op)>; });
+  });
+  if (reduces(opt.collective) && !op_ok) {
+    std::fprintf(stderr, "pdcoll-bench: -o %s is not defined for -d %s\n", opt.op.c_str(), opt.type.c_str());
+    return 2;
+  }
+
+  // Before joining: the transport and the all-reduce algorithm come from the environment.
+  if (opt.transport == "shm" || opt.transport == "tcp") {
+    ::setenv("PDCOLL_TRANSPORT", "libfabric", 1);
+    ::setenv("PDCOLL_PROVIDER", opt.transport.c_str(), 1);
+  } else if (opt.transport == "uring") {
+    ::setenv("PDCOLL_TRANSPORT", "uring", 1);
+  }
+  if (opt.collective == "all_reduce") {
+    if (opt.algo == "automatic") {
+      if (const char* forced = std::getenv("PDCOLL_ALGO"); forced && *forced) opt.algo = forced;
+    } else {
+      ::setenv("PDCOLL_ALGO", opt.algo.c_str(), 1);
+    }
+  }
+
+  try {
+    pdcoll::job job = pdcoll::job::from_environment();
+    auto& comm = job.comm();
+    if (rooted(opt.collective) && (opt.root < 0 || opt.root >= comm.world_size())) {
+      if (comm.rank() == 0) std::fprintf(stderr, "pdcoll-bench: -r %d is not a rank of %d\n", opt.root, comm.world_size());
+      return 2;
+    }
+    std::unique_ptr<pdcoll::bench::report> report;
+    if (comm.rank() == 0) {
+      pdcoll::bench::run_description run{"pdcoll", comm.transport_name(), opt.algo, opt.collective, opt.domain,
+                                         comm.world_size(), "median"};
+      report = std::make_unique<pdcoll::bench::report>(run, opt.csv, opt.json);
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      std::printf("# pdcoll-bench %s  ranks %d  transport %s  algorithm %s  domain %s  host %s\n",
+                  opt.collective.c_str(), comm.world_size(), comm.transport_name().c_str(), opt.algo.c_str(),
+                  opt.domain.c_str(), host);
+      std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d "
+                  "time: median of iters, rank 0\n",
+                  sizes.front(), sizes.back(), opt.factor, opt.warmup, opt.iters, opt.check);
+      report->print_header();
+    }
+    long long wrong = 0;
+    with_type(opt.type, [&](auto t) {
+      using T = decltype(t);
+      if (opt.domain == "emulated_device") {
+        // One arena for the run: the largest size's input and output, page-rounded.
+        const std::size_t arena = 2 * sizes.back() + (std::size_t{4} << 20);
+        memory::emulated_device device(arena);
+        wrong = sweep<T, memory::emulated_device>(comm, opt, &device, sizes, report.get());
+      } else {
+        wrong = sweep<T, memory::host>(comm, opt, nullptr, sizes, report.get());
+      }
+    });
+    return wrong ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pdcoll-bench: %s\n", e.what());
+    return 1;
+  }
+}

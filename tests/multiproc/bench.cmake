@@ -1,0 +1,40 @@
+# pdcoll-bench smoke runs: small sweeps with checking (-c 1) through
+# tools/pdcoll-run, so the sanitizer builds cover the benchmark's setup,
+# every collective's buffer layout and the reference check. The benchmark
+# itself is bench/pdcoll_bench.cpp (bench/bench.cmake); the test presets turn
+# PDCOLL_BUILD_BENCH off, so the target is declared here when missing.
+find_package(CLI11 QUIET)
+if(CLI11_FOUND)
+  if(NOT TARGET pdcoll-bench)
+    add_executable(pdcoll-bench ${PROJECT_SOURCE_DIR}/bench/pdcoll_bench.cpp)
+    target_link_libraries(pdcoll-bench PRIVATE pdcoll::pdcoll CLI11::CLI11)
+    target_include_directories(pdcoll-bench PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/bench)
+  endif()
+  set(PDCOLL_BENCH_SMOKE
+    "all_reduce_float_shm|3|--transport shm -b 8 -e 1M -f 32"
+    "all_reduce_ring_int32_avg_tcp|2|--transport tcp --algo ring -d int32 -o avg -b 8 -e 256K -f 64"
+    "reduce_scatter_bfloat16_uring_device|3|--transport uring --collective reduce_scatter -d bfloat16 --domain emulated_device -b 96 -e 96K -f 32"
+    "broadcast_half_shm_root1|3|--transport shm --collective broadcast -d half -r 1 -b 8 -e 64K -f 64"
+    "reduce_prod_double_shm|3|--transport shm --collective reduce -d double -o prod -r 2 -b 8 -e 64K -f 64"
+    "all_gather_shm|3|--transport shm --collective all_gather -b 12 -e 96K -f 64"
+    "all_to_all_tcp|2|--transport tcp --collective all_to_all -d uint8 -b 8 -e 64K -f 64"
+    "sendrecv_shm|3|--transport shm --collective sendrecv -d int64 -b 8 -e 64K -f 64")
+  foreach(entry IN LISTS PDCOLL_BENCH_SMOKE)
+    string(REPLACE "|" ";" parts "${entry}")
+    list(GET parts 0 what)
+    list(GET parts 1 ranks)
+    list(GET parts 2 args)
+    separate_arguments(args UNIX_COMMAND "${args}")
+    add_test(NAME multiproc.bench.${what}
+             COMMAND ${PDCOLL_RUN} -n ${ranks} --timeout 100 $<TARGET_FILE:pdcoll-bench> ${args} -n 2 -w 1 -c 1)
+    set_tests_properties(multiproc.bench.${what} PROPERTIES LABELS "multiproc;bench" TIMEOUT 120
+                         PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK")
+  endforeach()
+  # A bad command line is refused before joining (exit status 2).
+  add_test(NAME multiproc.bench.rejects_an_algorithm_of_another_collective
+           COMMAND $<TARGET_FILE:pdcoll-bench> --collective all_reduce --algo chain)
+  set_tests_properties(multiproc.bench.rejects_an_algorithm_of_another_collective PROPERTIES
+                       LABELS "multiproc;bench" TIMEOUT 30 WILL_FAIL TRUE)
+else()
+  message(STATUS "pdcoll: CLI11 not found; the pdcoll-bench smoke tests are skipped")
+endif()
