@@ -100,6 +100,7 @@ domain_access make_domain_access(Domain* domain) noexcept {
   a.kind = Domain::kind;
   if constexpr (!std::is_same_v<Domain, memory::host>) {
     a.domain = domain;
+    a.reduces_on_device = domain ? domain->reduces_on_device() : true;
     a.allocate = [](void* d, std::size_t bytes, transport::memory_region& region) -> void* {
       auto* buffer = new auto(static_cast<Domain*>(d)->template allocate<std::byte>(bytes));
       region = memory::detail::fabric_region(buffer->view());

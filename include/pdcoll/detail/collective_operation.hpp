@@ -10,6 +10,8 @@
 
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/log.hpp>
+#include <pdcoll/detail/staging.hpp>
 #include <pdcoll/detail/tags.hpp>
 #include <pdcoll/error.hpp>
 #include <pdcoll/exec/vocabulary.hpp>
@@ -17,9 +19,12 @@
 
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <memory>
 #include <optional>
+#include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace pdcoll {
@@ -53,6 +58,9 @@ struct reduction_table {
 struct domain_access {
   transport::memory_kind kind = transport::memory_kind::host;
   void* domain = nullptr;
+  /// False when the CPU cannot touch the domain's memory in place (Gaudi):
+  /// reductions and local copies then run on host bounce buffers.
+  bool reduces_on_device = true;
   /// Allocates `bytes` in the domain; fills `region`; returns an opaque handle.
   void* (*allocate)(void* domain, std::size_t bytes, transport::memory_region& region) = nullptr;
   void (*deallocate)(void* domain, void* handle) noexcept = nullptr;
@@ -166,19 +174,7 @@ class collective_op_base : public collective_context, public operation_base {
   // collective_context
   buffer_desc scratch(std::size_t nbytes) override {
     auto& block = scratch_.emplace_back();
-    block.domain = working_domain_;
-    if (nbytes == 0) return {};
-    if (working_domain_.allocate) {
-      block.handle = working_domain_.allocate(working_domain_.domain, nbytes, block.region);
-    } else {
-      block.host.reset(new std::byte[nbytes]);
-      block.region.address = block.host.get();
-      block.region.length = nbytes;
-    }
-    auto lease = comm_->acquire_registration(block.region);
-    if (!lease) throw std::system_error(lease.error());
-    block.lease = std::move(*lease);
-    return {static_cast<std::byte*>(block.region.address), nbytes, block.lease.descriptor()};
+    return block.allocate(*comm_, working_domain_, nbytes);
   }
 
  protected:
@@ -201,6 +197,8 @@ class collective_op_base : public collective_context, public operation_base {
     red = &spec_.red;
     try {
       if (auto ec = prepare_buffers()) return finish(ec);
+      start_signature_check();
+      if (staged_) return start_staged();
       task_ = spec_.algorithm(*this);
     } catch (const std::system_error& e) {
       return finish(e.code());
@@ -216,6 +214,8 @@ class collective_op_base : public collective_context, public operation_base {
   communicator* comm_;
 
  private:
+  // Scratch memory of the working domain (device scratch for the direct
+  // path, host memory otherwise), registered for as long as it lives.
   struct scratch_block {
     domain_access domain;
     void* handle = nullptr;
@@ -223,47 +223,130 @@ class collective_op_base : public collective_context, public operation_base {
     transport::memory_region region;
     registration_lease lease;
     scratch_block() = default;
-    scratch_block(scratch_block&&) noexcept = default;
-    ~scratch_block() {
+    // Moved when the vector of blocks grows: the handle must move, not be copied.
+    scratch_block(scratch_block&& o) noexcept
+        : domain(o.domain),
+          handle(std::exchange(o.handle, nullptr)),
+          host(std::move(o.host)),
+          region(std::exchange(o.region, {})),
+          lease(std::move(o.lease)) {}
+    scratch_block& operator=(scratch_block&&) = delete;
+    ~scratch_block() { release(); }
+    buffer_desc allocate(communicator& comm, const domain_access& in, std::size_t nbytes) {
+      release();
+      domain = in;
+      if (nbytes == 0) return {};
+      if (domain.allocate) {
+        handle = domain.allocate(domain.domain, nbytes, region);
+      } else {
+        host.reset(new std::byte[nbytes]);
+        region = {};
+        region.address = host.get();
+        region.length = nbytes;
+      }
+      auto got = comm.acquire_registration(region);
+      if (!got) throw std::system_error(got.error());
+      lease = std::move(*got);
+      return desc();
+    }
+    buffer_desc desc() const noexcept { return {static_cast<std::byte*>(region.address), region.length, lease.descriptor()}; }
+    void release() noexcept {
       lease.release();
       if (handle && domain.deallocate) domain.deallocate(domain.domain, handle);
+      handle = nullptr;
+      host.reset();
+      region = {};
     }
+  };
+
+  // One chunk slot of a staged collective (staging.hpp): a sub-collective of
+  // the same algorithm over host bounce buffers, whose messages carry the
+  // slot in their index and whose transfers the operation can cancel.
+  class staged_chunk final : public collective_context {
+   public:
+    collective_op_base* op = nullptr;
+    std::uint32_t slot = 0;
+    bool busy = false;
+    std::size_t first = 0;   // first element of the chunk inside every block
+    std::size_t length = 0;  // elements per block
+    collective_task task;
+    bounce_buffer in_host, out_host;
+    registration_lease in_lease, out_lease;
+    bool shared = false;  // in place: output is the input's bounce buffer
+
+    staged_chunk() = default;
+    staged_chunk(const staged_chunk&) = delete;
+    staged_chunk& operator=(const staged_chunk&) = delete;
+    ~staged_chunk() { task.reset(); }
+
+    transport::endpoint& endpoint() noexcept override { return op->endpoint(); }
+    std::uint64_t tag_for(std::uint32_t index) const noexcept override {
+      return op->tag_for(index | (slot << staging_slot_shift));
+    }
+    std::uint64_t receive_ignore_bits() const noexcept override { return op->receive_ignore_bits(); }
+    std::error_code check_received(const transport::completion& c, std::size_t expected) const noexcept override {
+      return op->check_received(c, expected);
+    }
+    void batch_posted(transfer_batch& b) noexcept override { op->batch_posted(b); }
+    void batch_finished(transfer_batch& b) noexcept override { op->batch_finished(b); }
+    // Scratch is reused chunk after chunk (same algorithm, same call order):
+    // bounded memory and one registration per block.
+    buffer_desc scratch(std::size_t nbytes) override {
+      if (next_scratch_ == scratch_.size()) scratch_.emplace_back();
+      auto& block = scratch_[next_scratch_++];
+      if (nbytes != 0 && block.region.length >= nbytes) return {block.desc().address, nbytes, block.desc().descriptor};
+      return block.allocate(*op->comm_, domain_access{}, nbytes);
+    }
+    void rewind_scratch() noexcept { next_scratch_ = 0; }
+
+   private:
+    std::vector<scratch_block> scratch_;
+    std::size_t next_scratch_ = 0;
   };
 
   // Works out where the algorithm's bytes live: in the user's buffers (host
   // memory, or device memory the transport reaches directly) or in host
-  // staging buffers (device memory the transport cannot reach).
+  // bounce buffers (device memory the transport cannot reach, staging
+  // forced, or a domain the CPU cannot reduce on). Logs the choice at INFO
+  // when it changes and counts it in the communicator's data_path_statistics.
   std::error_code prepare_buffers() {
-    auto kind = spec_.input.region.kind;
+    const auto kind = spec_.input.region.kind;
     auto path = comm_->path_for(kind);
     if (path == transport::data_path::unreachable) return make_error_code(errc::unreachable_domain);
-    staged_ = path == transport::data_path::host_staged;
-    if (!staged_) {
-      working_domain_ = spec_.input.domain;
-      input = bind(spec_.input.region, input_lease_);
-      if (spec_.output.region.address == spec_.input.region.address) {
-        output = input;
-      } else {
-        output = bind(spec_.output.region, output_lease_);
-      }
-      return {};
+    const char* why = "";
+    if (path != transport::data_path::host && path != transport::data_path::host_staged &&
+        !(spec_.input.domain.reduces_on_device && spec_.output.domain.reduces_on_device)) {
+      // The engine reduces and copies with the CPU on the working buffers; on
+      // memory it cannot touch (Gaudi HBM) that must happen in host memory.
+      path = transport::data_path::host_staged;
+      why = " (the domain's memory cannot be reduced or copied in place by the CPU)";
+    } else if (path == transport::data_path::host_staged && comm_->options().force_host_staging) {
+      why = " (forced: force_host_staging / PDCOLL_FORCE_STAGING)";
     }
-    // Host staging: the "before Peer Direct" picture. Copies are counted by the domain.
-    working_domain_ = {};
-    const auto& in = spec_.input;
-    input = scratch(in.region.length);
-    if (in.region.length) in.domain.to_host(in.domain.domain, in.device_address, input.address, in.region.length);
-    if (spec_.output.region.address == in.region.address) {
+    if (comm_->last_data_path() != path && detail::current_log_level() >= detail::log_level::info)
+      detail::log(detail::log_level::info, comm_->rank(),
+                  "data path for " + std::string(to_string(kind)) + " memory over " + comm_->transport_name() + ": " +
+                      std::string(transport::to_string(path)) + why);
+    comm_->record_data_path(kind, path);
+    staged_ = path == transport::data_path::host_staged;
+    if (staged_) return {};
+    working_domain_ = spec_.input.domain;
+    input = bind(spec_.input.region, input_lease_);
+    if (spec_.output.region.address == spec_.input.region.address) {
       output = input;
     } else {
-      output = scratch(spec_.output.region.length);
-      // The output's current contents matter to collectives that keep part of it (broadcast at non-roots
-      // overwrite it fully; reduce at non-roots leaves it untouched), so stage it in as well.
-      if (spec_.output.region.length)
-        spec_.output.domain.to_host(spec_.output.domain.domain, spec_.output.device_address, output.address,
-                                    spec_.output.region.length);
+      output = bind(spec_.output.region, output_lease_);
     }
     return {};
+  }
+
+  static std::string to_string(transport::memory_kind kind) {
+    switch (kind) {
+      case transport::memory_kind::host: return "host";
+      case transport::memory_kind::emulated_device: return "emulated_device";
+      case transport::memory_kind::gaudi: return "gaudi";
+    }
+    return "?";
   }
 
   buffer_desc bind(const transport::memory_region& region, registration_lease& lease) {
@@ -278,17 +361,199 @@ class collective_op_base : public collective_context, public operation_base {
     op->finish(op->task_.result());
   }
 
-  // Runs once, when the algorithm's coroutine has finished (or never started).
-  void finish(std::error_code ec) noexcept {
-    task_.reset();  // the frame is suspended at its final point (or absent)
-    if (!ec && staged_ && spec_.output.region.length) {
+  // ---- the signature check --------------------------------------------------------------
+  //
+  // Receives ignore the signature bits and check them on completion, which
+  // catches a mismatch only when a peer's wrong message lands on a message
+  // index this rank's algorithm expects. Different collectives or algorithms
+  // (broadcast against recursive doubling, say) often use different indices:
+  // nothing would match and every rank would wait for its deadline. So each
+  // rank also sends an empty message with a reserved index to its right
+  // neighbour and checks the one from its left: if any two ranks disagree,
+  // some neighbour pair does, that rank aborts with collective_mismatch and
+  // the abort notice fails every peer's operation with it. Cost: one empty
+  // message per collective, posted beside the algorithm's first step, and an
+  // operation completes only once its left neighbour has started it.
+
+  /// Message index of the check (above every algorithm's and staging slot's indices).
+  static constexpr std::uint32_t signature_check_index = static_cast<std::uint32_t>(tag_index_mask);
+
+  void start_signature_check() {
+    if (world_size < 2) return;
+    check_task_ = check_signature(*this);
+    check_pending_ = true;
+    check_task_.start(&on_check_done, this);
+  }
+
+  static collective_task check_signature(collective_op_base& op) {
+    transfer_batch check(op, 2);
+    check.send((op.rank + 1) % op.world_size, {}, 0, 0, signature_check_index);
+    check.recv((op.rank + op.world_size - 1) % op.world_size, {}, 0, 0, signature_check_index);
+    co_return co_await check;
+  }
+
+  static void on_check_done(void* self) noexcept {
+    auto* op = static_cast<collective_op_base*>(self);
+    op->check_pending_ = false;
+    op->check_error_ = op->check_task_.result();
+    // Cancels the algorithm's transfers here and tells every peer.
+    if (op->check_error_ == make_error_code(errc::collective_mismatch)) op->comm_->abort_locked(op->check_error_, true);
+    if (op->work_done_) op->finish(op->work_error_);  // may destroy the operation: nothing after
+  }
+
+  // ---- the staged path (staging.hpp) ----------------------------------------------------
+
+  // Sets up the slots and starts the first chunks. Under the lock.
+  void start_staged() {
+    const std::size_t es = spec_.red.element_size;
+    in_layout_ = staged_layout::of(spec_.input.region.length, spec_.count, es);
+    out_layout_ = staged_layout::of(spec_.output.region.length, spec_.count, es);
+    const bool per_rank_blocks = spec_.kind == collective_kind::all_gather ||
+                                 spec_.kind == collective_kind::reduce_scatter ||
+                                 spec_.kind == collective_kind::all_to_all;
+    chunk_elements_ = staging_chunk_elements(staging_chunk_bytes(), es,
+                                             per_rank_blocks ? static_cast<std::size_t>(world_size) : 1);
+    chunks_ = spec_.count == 0 ? 1 : (spec_.count + chunk_elements_ - 1) / chunk_elements_;
+    const bool in_place = spec_.output.region.address == spec_.input.region.address &&
+                          spec_.output.region.length == spec_.input.region.length;
+    const std::size_t chunk_bytes = std::min(chunk_elements_, spec_.count) * es;
+    const std::size_t slots = std::min<std::size_t>(staging_depth, chunks_);
+    slots_ = std::make_unique<staged_chunk[]>(slots);
+    slot_count_ = slots;
+    for (std::size_t i = 0; i < slots; ++i) {
+      auto& c = slots_[i];
+      c.op = this;
+      c.slot = static_cast<std::uint32_t>(i);
+      c.rank = rank;
+      c.world_size = world_size;
+      c.element_size = es;
+      c.root = root;
+      c.red = red;
+      c.shared = in_place;
+      c.in_host.reserve(in_layout_.blocks * chunk_bytes);
+      c.in_lease = host_lease(c.in_host);
+      if (!in_place) {
+        c.out_host.reserve(out_layout_.blocks * chunk_bytes);
+        c.out_lease = host_lease(c.out_host);
+      }
+    }
+    pump_staged();
+  }
+
+  registration_lease host_lease(const bounce_buffer& b) {
+    transport::memory_region region;
+    region.address = b.bytes.get();
+    region.length = b.size;
+    auto got = comm_->acquire_registration(region);
+    if (!got) throw std::system_error(got.error());
+    return std::move(*got);
+  }
+
+  // Copies chunk c's slice of every block between the device buffer and the
+  // slot's host buffer (blocks packed back to back on the host side).
+  std::size_t copy_chunk(const user_buffer& dev, const staged_layout& layout, bounce_buffer& host,
+                         const staged_chunk& c, bool to_host) {
+    const std::size_t es = spec_.red.element_size;
+    const std::size_t bytes = c.length * es, offset = c.first * es;
+    if (bytes == 0 || layout.blocks == 0) return 0;
+    for (std::size_t b = 0; b < layout.blocks; ++b) {
+      const std::uint64_t address = dev.device_address + b * layout.block_bytes + offset;
+      std::byte* h = host.bytes.get() + b * bytes;
+      if (to_host) dev.domain.to_host(dev.domain.domain, address, h, bytes);
+      else dev.domain.from_host(dev.domain.domain, address, h, bytes);
+    }
+    return layout.blocks * bytes;
+  }
+
+  // Starts chunks on idle slots until every chunk has run, then finishes.
+  // Re-entrant calls (a chunk that completes while being started) only mark
+  // their slot idle; the outermost call keeps going. Under the lock.
+  void pump_staged() noexcept {
+    if (pumping_) return;
+    pumping_ = true;
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (std::size_t i = 0; i < slot_count_; ++i) {
+        auto& c = slots_[i];
+        if (c.busy || staged_error_ || cancelled_ || next_chunk_ == chunks_) continue;
+        progress = true;
+        start_chunk(c);
+      }
+    }
+    pumping_ = false;
+    for (std::size_t i = 0; i < slot_count_; ++i)
+      if (slots_[i].busy) return;
+    if (staged_error_) return finish(staged_error_);
+    if (next_chunk_ == chunks_) return finish({});
+    if (cancelled_) finish(std::make_error_code(std::errc::operation_canceled));
+  }
+
+  void start_chunk(staged_chunk& c) noexcept {
+    const std::size_t k = next_chunk_++;
+    c.first = k * chunk_elements_;
+    c.length = std::min(chunk_elements_, spec_.count - std::min(spec_.count, c.first));
+    c.count = c.length;
+    const std::size_t es = spec_.red.element_size;
+    c.input = {c.in_host.bytes.get(), in_layout_.blocks * c.length * es, c.in_lease.descriptor()};
+    c.output = c.shared ? c.input
+                        : buffer_desc{c.out_host.bytes.get(), out_layout_.blocks * c.length * es, c.out_lease.descriptor()};
+    if (c.input.bytes == 0) c.input = {};
+    if (c.output.bytes == 0) c.output = {};
+    c.rewind_scratch();
+    c.busy = true;
+    try {
+      const std::size_t copied = copy_chunk(spec_.input, in_layout_, c.in_host, c, true);
+      comm_->record_staging(copied, 1);
+      c.task = spec_.algorithm(c);
+    } catch (const std::system_error& e) {
+      return chunk_failed(c, e.code());
+    } catch (const std::bad_alloc&) {
+      return chunk_failed(c, std::make_error_code(std::errc::not_enough_memory));
+    }
+    c.task.start(&on_chunk_done, &c);
+  }
+
+  void chunk_failed(staged_chunk& c, std::error_code ec) noexcept {
+    c.busy = false;
+    if (!staged_error_) staged_error_ = ec;
+    cancel_outstanding();  // the other slot's transfers end (cancelled_) so the operation can finish
+  }
+
+  static void on_chunk_done(void* self) noexcept {
+    auto& c = *static_cast<staged_chunk*>(self);
+    auto* op = c.op;
+    std::error_code ec = c.task.result();
+    c.task.reset();  // suspended at its final point
+    if (!ec && !op->staged_error_) {
       try {
-        spec_.output.domain.from_host(spec_.output.domain.domain, spec_.output.device_address, output.address,
-                                      spec_.output.region.length);
+        const std::size_t copied = op->copy_chunk(op->spec_.output, op->out_layout_, c.shared ? c.in_host : c.out_host,
+                                                  c, false);
+        op->comm_->record_staging(copied, 0);
       } catch (const std::system_error& e) {
         ec = e.code();
       }
     }
+    c.busy = false;
+    if (ec && !op->staged_error_) {
+      op->staged_error_ = ec;
+      op->cancel_outstanding();
+    }
+    op->pump_staged();  // may finish (and destroy) the operation: nothing after
+  }
+
+  // Runs once, when the algorithm's coroutine (or the last staged chunk) has
+  // finished, or when the collective never started.
+  void finish(std::error_code ec) noexcept {
+    if (check_pending_) {  // the work is done: wait for the signature check (cancelled if the work failed)
+      work_done_ = true;
+      work_error_ = ec;
+      if (ec) cancel_outstanding();
+      return;
+    }
+    if (check_error_ && (!ec || check_error_ == make_error_code(errc::collective_mismatch))) ec = check_error_;
+    check_task_.reset();
+    task_.reset();  // the frame is suspended at its final point (or absent)
+    slots_.reset();
     scratch_.clear();
     input_lease_.release();
     output_lease_.release();
@@ -315,6 +580,11 @@ class collective_op_base : public collective_context, public operation_base {
   std::uint64_t seq_ = 0;
   std::uint16_t signature_ = 0;
   collective_task task_;
+  collective_task check_task_;
+  bool check_pending_ = false;
+  bool work_done_ = false;
+  std::error_code work_error_;
+  std::error_code check_error_;
   transfer_batch* outstanding_ = nullptr;
   bool staged_ = false;
   bool cancelled_ = false;
@@ -322,6 +592,15 @@ class collective_op_base : public collective_context, public operation_base {
   registration_lease input_lease_;
   registration_lease output_lease_;
   std::vector<scratch_block> scratch_;
+  // staged path
+  std::unique_ptr<staged_chunk[]> slots_;
+  std::size_t slot_count_ = 0;
+  staged_layout in_layout_, out_layout_;
+  std::size_t chunk_elements_ = 1;
+  std::size_t chunks_ = 0;
+  std::size_t next_chunk_ = 0;
+  bool pumping_ = false;
+  std::error_code staged_error_;
 };
 
 /// The operation state of a collective for receiver R.
