@@ -86,7 +86,15 @@ struct options {
   /// Use a FI_WAIT_FD completion queue for wait() when the provider has one.
   bool use_wait_fd = true;
   /// Bound on retrying a post that returns -FI_EAGAIN; then errc::timeout.
-  std::chrono::milliseconds post_timeout{10000};
+  /// The post blocks its caller (and the communicator's lock) meanwhile, so
+  /// it is short: a peer that accepts nothing for this long is dead or stuck
+  /// (shm and tcp;ofi_rxm answer -FI_EAGAIN for a peer killed with queued
+  /// messages, and rxm then for every peer: its transmit credits are shared),
+  /// and further posts give up after stalled_post_timeout until an operation
+  /// completes successfully again.
+  std::chrono::milliseconds post_timeout{500};
+  /// Bound for posts while the endpoint is stalled (a post timed out).
+  std::chrono::milliseconds stalled_post_timeout{10};
   /// How long the destructor drains cancelled operations before closing.
   std::chrono::milliseconds close_timeout{2000};
 };
@@ -271,7 +279,7 @@ class fabric_endpoint final : public endpoint {
       split->sequence = next_sequence(peer);
       split->descriptor = descriptor;
       split->peer = peer;
-      auto ec = retry_post([&] {
+      auto ec = retry_post(peer, [&] {
         return ::fi_tsenddata(ep_, bytes, chunk_, descriptor, split->sequence,
                               static_cast<fi_addr_t>(peer), tag, ctx);
       });
@@ -282,7 +290,7 @@ class fabric_endpoint final : public endpoint {
       ctx->transport_state[0] |= detail::state_split;
       ctx->transport_state[1] = reinterpret_cast<std::uintptr_t>(split);
     } else {
-      auto ec = retry_post([&] {
+      auto ec = retry_post(peer, [&] {
         return ::fi_tsend(ep_, bytes, length, descriptor, static_cast<fi_addr_t>(peer), tag, ctx);
       });
       if (ec) return ec;
@@ -314,7 +322,7 @@ class fabric_endpoint final : public endpoint {
       split->descriptor = descriptor;
       split->peer = peer;
     }
-    auto ec = retry_post(
+    auto ec = retry_post(peer,
         [&] { return ::fi_trecv(ep_, buffer, first, descriptor, source, tag, ignore, ctx); });
     if (ec) {
       delete split;
@@ -704,8 +712,12 @@ class fabric_endpoint final : public endpoint {
 
   /// Posts through `post`, retrying -FI_EAGAIN while driving the CQ (entries
   /// are stashed for progress(), which alone may call completions).
+  /// Once a post timed out the endpoint is stalled: posts get
+  /// options.stalled_post_timeout until an operation completes successfully,
+  /// so that an abort's notices to every peer cost one post_timeout, not one
+  /// per peer. `peer` is for diagnostics (any_peer for wildcard receives).
   template <class Post>
-  std::error_code retry_post(Post&& post) noexcept {
+  std::error_code retry_post([[maybe_unused]] int peer, Post&& post) noexcept {
     std::chrono::steady_clock::time_point deadline{};
     for (;;) {
       const ssize_t rc = post();
@@ -713,8 +725,9 @@ class fabric_endpoint final : public endpoint {
       if (rc != -FI_EAGAIN) return make_fabric_error(rc);
       const auto now = std::chrono::steady_clock::now();
       if (deadline == std::chrono::steady_clock::time_point{}) {
-        deadline = now + opts_.post_timeout;
+        deadline = now + (stalled_ ? opts_.stalled_post_timeout : opts_.post_timeout);
       } else if (now >= deadline) {
+        stalled_ = true;
         return make_error_code(errc::timeout);
       }
       if (stash_cq() == 0) ::sched_yield();
@@ -835,12 +848,12 @@ class fabric_endpoint final : public endpoint {
     std::error_code ec;
     if (receive) {
       split->posted = std::min(chunk_, remaining);
-      ec = retry_post([&] {
+      ec = retry_post(split->peer, [&] {
         return ::fi_trecv(ep_, at, split->posted, split->descriptor, peer, tag, 0, ctx);
       });
     } else {
       split->posted = std::min(chunk_, remaining);
-      ec = retry_post([&] {
+      ec = retry_post(split->peer, [&] {
         return ::fi_tsend(ep_, at, split->posted, split->descriptor, peer, tag, ctx);
       });
     }
@@ -861,6 +874,7 @@ class fabric_endpoint final : public endpoint {
   /// Unlinks `ctx`, releases its split record and calls its callback last,
   /// so the callback may reuse the context at once.
   void finish(completion_context* ctx, const completion& result) noexcept {
+    if (!result.error) stalled_ = false;
     delete split_of(ctx);
     unlink(ctx);
     ctx->transport_state[0] = 0;
@@ -928,6 +942,7 @@ class fabric_endpoint final : public endpoint {
   int idle_rounds_ = 0;
   std::error_code last_registration_error_;
   std::vector<std::uint64_t> sequences_;
+  bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
   std::vector<detail::cq_event> stash_;
   std::unordered_set<fid_mr*> live_registrations_;
   completion_context* outstanding_head_ = nullptr;
