@@ -34,7 +34,10 @@ fi
 
 if ((want_conan)); then
   if ! command -v conan >/dev/null 2>&1; then
-    python3 -m pip install -q "conan>=2,<3"
+    # Debian's own python3 refuses system-wide pip installs (PEP 668): fall
+    # back to a user install, whose bin directory scripts/test.sh puts on PATH.
+    python3 -m pip install -q "conan>=2,<3" 2>/dev/null ||
+      python3 -m pip install -q --user --break-system-packages "conan>=2,<3"
   fi
 fi
 echo "install-deps: ok"

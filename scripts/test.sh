@@ -5,7 +5,8 @@
 # bounded fuzz run of the rendezvous parser. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --conan
+export PATH="$HOME/.local/bin:$PATH"
 jobs=$(nproc)
 
 echo "== ASan + UBSan build, every test"
@@ -17,6 +18,9 @@ echo "== ThreadSanitizer build: progress engine, cancellation, stop tokens, regi
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs" --target test_exec test_registration test_collectives test_bootstrap multiproc_bootstrap
 ctest --preset tsan -j "$jobs" --timeout 900
+
+echo "== Conan 2 package: conan create (offline) and its test_package"
+scripts/conan-check.sh
 
 echo "== Fuzz smoke (rendezvous store parser and state machine)"
 scripts/fuzz-smoke.sh 30
