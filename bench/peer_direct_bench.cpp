@@ -61,7 +61,7 @@ int main(int argc, char** argv) try {
     return 2;
   }
   const int P = job.world_size();
-  device dev(max_bytes + (std::size_t{64} << 20));
+  device dev(2 * max_bytes + (std::size_t{64} << 20));  // the buffer plus algorithm scratch (rabenseifner: n)
   auto direct = twin(job, true, false);
   auto uncached = twin(job, false, false);
   auto staged = twin(job, true, true);
