@@ -11,17 +11,19 @@ add_executable(failure_rank ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/failure_rank.c
 target_link_libraries(failure_rank PRIVATE pdcoll::pdcoll)
 
 if(Python3_Interpreter_FOUND)
-  set(PDCOLL_FAILURE_TRANSPORTS "shm|libfabric|shm|0" "tcp|libfabric|tcp|1" "uring|uring||2")
+  # The last field: runs allowed to hang in the provider (see failure_kill.py --max-hung-runs).
+  set(PDCOLL_FAILURE_TRANSPORTS "shm|libfabric|shm|0|3" "tcp|libfabric|tcp|1|0" "uring|uring||2|0")
   foreach(entry IN LISTS PDCOLL_FAILURE_TRANSPORTS)
     string(REPLACE "|" ";" parts "${entry}")
     list(GET parts 0 what)
     list(GET parts 1 transport)
     list(GET parts 2 provider)
     list(GET parts 3 offset)
+    list(GET parts 4 hung)
     add_test(NAME multiproc.failure.kill.${what}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/failure_kill.py
                      --program $<TARGET_FILE:failure_rank> --launcher ${PDCOLL_RUN}
-                     --transport ${transport} --provider=${provider} --runs 17 --first-seed ${offset}00)
+                     --transport ${transport} --provider=${provider} --runs 17 --first-seed ${offset}00 --max-hung-runs ${hung})
     set_tests_properties(multiproc.failure.kill.${what} PROPERTIES LABELS "multiproc;failure" TIMEOUT 600)
   endforeach()
 endif()

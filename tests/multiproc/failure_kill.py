@@ -15,6 +15,13 @@ after a random delay, after the loop). Each run passes when:
   * no survivor crashed (sanitizer reports make a rank exit non-zero, and a
     crashed rank prints no RESULT).
 Prints one line per run and a summary with the slowest survivor.
+
+--max-hung-runs K tolerates up to K runs in which survivors printed nothing
+(and were ended by pdcoll-run) while every other check held. It exists for
+libfabric's shm provider only: a rank killed while holding a spinlock in a
+peer's shared-memory region leaves that lock held for good, and the survivors
+spin inside fi_cq_read / fi_tsend (seen with gdb: __pthread_spin_lock),
+where no deadline of pdcoll can reach them. Such runs are reported as HUNG.
 """
 
 import argparse
@@ -94,15 +101,22 @@ def main():
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--op-timeout-ms", type=int, default=2000)
     p.add_argument("--job-timeout", type=int, default=60)
+    p.add_argument("--max-hung-runs", type=int, default=0)
     args = p.parse_args()
     name = args.transport + (":" + args.provider if args.provider else "")
-    failures, worst_late, total = 0, -1e9, 0.0
+    failures, hung, worst_late, total = 0, 0, -1e9, 0.0
     for i in range(args.runs):
         seed = args.first_seed + i
         world = 2 + i % 4
         problems, took, late, desc, text, rc = one_run(args, seed, world)
         total += took
         worst_late = max(worst_late, late)
+        only_silent = problems and all("printed no RESULT" in pr for pr in problems)
+        if only_silent and hung < args.max_hung_runs:
+            hung += 1
+            print(f"{name} seed={seed} ranks={world} {desc}: HUNG (tolerated {hung}/{args.max_hung_runs}): "
+                  + "; ".join(problems), flush=True)
+            continue
         status = "ok" if not problems else "FAIL"
         print(f"{name} seed={seed} ranks={world} {desc}: {status} rc={rc} {took:.1f}s "
               f"slowest survivor {late:+.0f} ms vs deadline", flush=True)
@@ -111,7 +125,7 @@ def main():
             for pr in problems:
                 print("   - " + pr)
             print("   output:\n" + "\n".join("     " + l for l in text.splitlines()[-60:]), flush=True)
-    print(f"{name}: {args.runs - failures}/{args.runs} runs passed in {total:.0f} s; "
+    print(f"{name}: {args.runs - failures - hung}/{args.runs} runs passed, {hung} hung (tolerated), in {total:.0f} s; "
           f"slowest survivor completed {worst_late:+.0f} ms relative to its deadline (limit +1000 ms)")
     return 1 if failures else 0
 
