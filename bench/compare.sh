@@ -13,13 +13,14 @@
 #   bench/compare.sh --max 16M --iters 5 # quick smoke
 #
 # Options: --min BYTES (4K) --max BYTES (256M) --factor F (4) --iters N (10)
-# --warmup N (2) --ranks "2 4" --out DIR (bench/results) --build DIR
+# --warmup N (2) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
+# pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build. Runs with more ranks than cores are marked
 # oversubscribed in the CSV, the plot and the table; they are kept, not hidden.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-min=4K max=256M factor=4 iters=10 warmup=2 ranks="2 4" out=bench/results build=build-bench do_build=1
+min=4K max=256M factor=4 iters=10 warmup=2 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
 while (($#)); do
   case "$1" in
     --min) min=$2; shift 2 ;;
@@ -28,6 +29,7 @@ while (($#)); do
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
+    --pdcoll-algos) algos=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
@@ -72,10 +74,12 @@ sizes() {  # sizes sweep|latency: sets args to the size options
 
 for r in $ranks; do
   for t in shm tcp uring; do
-    for what in sweep latency; do
-      sizes "$what"
-      run "pdcoll-$t-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
-        "$bin/pdcoll-bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
+    for algo in $algos; do
+      for what in sweep latency; do
+        sizes "$what"
+        run "pdcoll-$t-$algo-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
+          "$bin/pdcoll-bench" --transport "$t" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
+      done
     done
   done
   for t in vader tcp; do
@@ -96,7 +100,9 @@ for r in $ranks; do
   done
 done
 
-python3 bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
+py=python3  # Debian's python3-matplotlib lives in /usr/bin/python3, which a pyenv shim may hide
+python3 -c "import matplotlib" 2>/dev/null || py=/usr/bin/python3
+"$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
   --table "$out/compare.md" "$raw"/*.csv
 cat "$out/compare.md"
 echo "compare.sh: wrote $out/compare.csv, $out/compare.png, $out/compare.md (full output: $log)"

@@ -224,6 +224,10 @@ int main(int argc, char** argv) try {
       r.out_of_place.available = false;
       r.in_place = measure(in, nullptr, [&] { algorithm->run(); }, [&] { context_barrier.run(); }, o, rank, world,
                            sum_over_ranks);
+      // Every rank is done with these connections before any closes them:
+      // closing a socket with unread bytes sends a reset that the peer
+      // reports as "Connection closed by peer".
+      barrier();
     }
     if (report) report->add(r);
   }
