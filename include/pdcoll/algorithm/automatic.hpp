@@ -1,10 +1,20 @@
 // File: algorithm/automatic.hpp — the default all-reduce choice.
 //
 // `automatic` is a by_size composition whose thresholds come from the cost
-// model (model/cost_model.hpp) calibrated with measurements on the reference
-// machine (see README "Algorithms"). PDCOLL_ALGO=<name> forces one of the
-// algorithms compiled in (ring, recursive_doubling, rabenseifner, tree,
-// direct) for experiments; every rank must set the same value.
+// model (model/cost_model.hpp) with the parameters fitted on the reference
+// machine (libfabric shm, 2 and 4 ranks, bench/allreduce_sweep):
+// alpha 12 us, beta 0.11 ns/B, gamma 0.08 ns/B. The model's crossovers on 4
+// ranks: recursive doubling → Rabenseifner at 256 KiB (measured: between
+// 256 KiB and 2 MiB; on 2 ranks the two are one exchange each and tie),
+// Rabenseifner → ring at 1 MiB (the ring's extra alphas are paid back once
+// its reduction hides behind the wire). Larger worlds move the ring's
+// crossover up (model::crossover predicts it: ~16 MiB at 64 ranks); the
+// tests in tests/unit/model_*.cpp keep these constants and the model in step.
+//
+// PDCOLL_ALGO=<name> forces one of the algorithms compiled in (ring,
+// recursive_doubling, rabenseifner, tree, direct) for experiments; every rank
+// must set the same value. Any other value completes every automatic
+// all-reduce with errc::invalid_argument (nothing is sent).
 #pragma once
 
 #include <pdcoll/algorithm/by_size.hpp>
@@ -13,41 +23,62 @@
 #include <pdcoll/algorithm/recursive_doubling.hpp>
 #include <pdcoll/algorithm/ring.hpp>
 #include <pdcoll/algorithm/tree.hpp>
+#include <pdcoll/error.hpp>
 
 #include <cstdlib>
 #include <cstring>
 
 namespace pdcoll::algo {
 
+/// Threshold (bytes) below which automatic uses recursive doubling.
+inline constexpr std::size_t automatic_latency_threshold = std::size_t{256} << 10;
+/// Threshold (bytes) from which automatic uses the ring.
+inline constexpr std::size_t automatic_bandwidth_threshold = std::size_t{1} << 20;
+
 /// Small messages by recursive doubling (latency: log2 P steps), mid sizes
 /// by Rabenseifner (ring bandwidth in log-many steps), large by the ring.
-using automatic_by_size = by_size<recursive_doubling, 16 * 1024, rabenseifner, 512 * 1024, ring>;
+using automatic_by_size = by_size<recursive_doubling, automatic_latency_threshold, rabenseifner,
+                                  automatic_bandwidth_threshold, ring>;
 
 /// The default all-reduce algorithm (see the file comment).
 struct automatic {
   /// Name for diagnostics.
   static constexpr const char* name = "automatic";
 
-  /// The algorithm PDCOLL_ALGO names, or nullptr to choose by size.
-  static pdcoll::detail::algorithm_fn forced() noexcept {
-    static const pdcoll::detail::algorithm_fn choice = [] () -> pdcoll::detail::algorithm_fn {
-      const char* v = std::getenv("PDCOLL_ALGO");
-      if (!v || !*v) return nullptr;
-      if (!std::strcmp(v, ring::name)) return &ring::all_reduce;
-      if (!std::strcmp(v, recursive_doubling::name)) return &recursive_doubling::all_reduce;
-      if (!std::strcmp(v, rabenseifner::name)) return &rabenseifner::all_reduce;
-      if (!std::strcmp(v, tree::name)) return &tree::all_reduce;
-      if (!std::strcmp(v, direct::name)) return &direct::all_reduce;
-      return nullptr;
-    }();
+  /// What PDCOLL_ALGO asks for.
+  struct forced_choice {
+    pdcoll::detail::algorithm_fn algorithm = nullptr;  ///< nullptr: choose by size
+    bool invalid = false;                              ///< PDCOLL_ALGO names no known algorithm
+  };
+
+  /// Parses a PDCOLL_ALGO value (nullptr or empty: unset).
+  static forced_choice parse(const char* v) noexcept {
+    if (!v || !*v) return {};
+    if (!std::strcmp(v, ring::name)) return {&ring::all_reduce};
+    if (!std::strcmp(v, recursive_doubling::name)) return {&recursive_doubling::all_reduce};
+    if (!std::strcmp(v, rabenseifner::name)) return {&rabenseifner::all_reduce};
+    if (!std::strcmp(v, tree::name)) return {&tree::all_reduce};
+    if (!std::strcmp(v, direct::name)) return {&direct::all_reduce};
+    return {nullptr, true};
+  }
+
+  /// PDCOLL_ALGO, read once per process.
+  static forced_choice forced() noexcept {
+    static const forced_choice choice = parse(std::getenv("PDCOLL_ALGO"));
     return choice;
   }
 
-  /// Runs the forced algorithm, or the one for ctx's size.
+  /// Runs the forced algorithm, or the one for ctx's size; completes with
+  /// errc::invalid_argument when PDCOLL_ALGO names no algorithm.
   static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
-    if (auto f = forced()) return f(ctx);
+    const auto f = forced();
+    if (f.invalid) return rejected();
+    if (f.algorithm) return f.algorithm(ctx);
     return automatic_by_size::all_reduce(ctx);
   }
+
+ private:
+  static pdcoll::detail::collective_task rejected() { co_return make_error_code(errc::invalid_argument); }
 };
 
 }  // namespace pdcoll::algo
