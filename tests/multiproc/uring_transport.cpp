@@ -2,6 +2,7 @@
 // child (tests/multiproc/fork_harness.hpp) with its own endpoint; addresses
 // go through files, or through the bootstrap rendezvous store in the "store"
 // case. Each ctest entry (tests/multiproc/uring.cmake) runs one case.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -146,7 +147,7 @@ TEST_CASE("four ranks keep hundreds of messages per pair in flight, matched per 
         auto expected = pattern(size_of(i), seed_of(p, rank, i));
         auto& got = recvs[k].result;
         if (!check(!got.error && got.bytes == expected.size() && got.peer == p, "phase 1 completion")) continue;
-        check(std::memcmp(in[{p, i}].data(), expected.data(), expected.size()) == 0, "phase 1 data");
+        check(std::equal(expected.begin(), expected.end(), in[{p, i}].begin()), "phase 1 data");
       }
     }
     // Phase 2: any_peer receives that ignore the sender and index bits; the

@@ -104,7 +104,7 @@ void all_reduce_matrix(communicator& comm, failures& f) {
 
 template <class T>
 void check_equal(failures& f, const std::string& what, const std::vector<T>& got, const std::vector<T>& want) {
-  if (got.size() != want.size() || std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) != 0) {
+  if (got.size() != want.size() || (!got.empty() && std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) != 0)) {
     std::size_t i = 0;
     while (i < got.size() && i < want.size() && std::memcmp(&got[i], &want[i], sizeof(T)) == 0) ++i;
     f.add(what + ": first difference at element " + std::to_string(i));

@@ -1,5 +1,6 @@
 // Tests of the uring_tcp transport with every rank in this process: setup
 // runs on one thread per rank, then one thread drives all endpoints.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <sys/socket.h>
@@ -196,7 +197,7 @@ TEST_CASE("hundreds of outstanding messages per peer arrive in order, expected o
     CAPTURE(i);
     REQUIRE_FALSE(recvs[i].result->error);
     REQUIRE(recvs[i].result->bytes == out[i].size());
-    CHECK(std::memcmp(in[i].data(), out[i].data(), out[i].size()) == 0);
+    CHECK(std::equal(out[i].begin(), out[i].end(), in[i].begin()));
     CHECK(recvs[i].calls == 1);
     CHECK(sends[i].calls == 1);
   }
