@@ -6,12 +6,12 @@
 #   cmake --build build-bench --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench
 # bench/compare.sh builds and runs all of them.
 find_package(CLI11 QUIET)
-if(CLI11_FOUND)
+if(CLI11_FOUND AND NOT TARGET pdcoll-bench)  # tests/multiproc/bench.cmake may have made it already
   add_executable(pdcoll-bench ${CMAKE_CURRENT_LIST_DIR}/pdcoll_bench.cpp)
   target_link_libraries(pdcoll-bench PRIVATE pdcoll::pdcoll CLI11::CLI11)
   # tests/support/reference.hpp: the deterministic inputs and the reference reduction.
   target_include_directories(pdcoll-bench PRIVATE ${PROJECT_SOURCE_DIR}/tests ${CMAKE_CURRENT_LIST_DIR})
-else()
+elseif(NOT CLI11_FOUND)
   message(STATUS "pdcoll: CLI11 not found (libcli11-dev); pdcoll-bench is not built")
 endif()
 
