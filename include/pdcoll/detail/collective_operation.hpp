@@ -184,6 +184,10 @@ class collective_op_base : public collective_context, public operation_base {
   void launch() noexcept {
     std::lock_guard lock(comm_->mutex());
     if (spec_.invalid) return deliver(spec_.invalid, false);
+    // Rejected before a sequence number is taken, so the ranks stay in step.
+    if (comm_->path_for(spec_.input.region.kind) == transport::data_path::unreachable ||
+        comm_->path_for(spec_.output.region.kind) == transport::data_path::unreachable)
+      return deliver(make_error_code(errc::unreachable_domain), false);
     if (auto ec = comm_->begin_operation(*this, spec_.timeout.value_or(comm_->options().timeout)))
       return deliver(ec, false);
     seq_ = comm_->next_sequence();
@@ -568,8 +572,9 @@ class collective_op_base : public collective_context, public operation_base {
         comm_->abort_locked(make_error_code(errc::aborted), true);
       } else {
         ec = comm_->failure_reason(*this, ec);
-        if (ec == make_error_code(errc::collective_mismatch) || ec == make_error_code(errc::peer_lost))
-          comm_->abort_locked(ec, true);
+        // Any failure leaves this rank out of step with its peers (they wait
+        // for messages it will not send): abort so that they fail fast too.
+        comm_->abort_locked(ec, true);
       }
     }
     comm_->end_operation(*this);
