@@ -11,4 +11,15 @@ if(PDCOLL_BUILD_EXAMPLES)
   set_tests_properties(examples.data_parallel_training.uring.n3 PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
   set_tests_properties(examples.data_parallel_training.n4 examples.data_parallel_training.uring.n3
                        PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
+  # memory_domains on each transport: direct over libfabric, staged over io_uring.
+  foreach(transport IN ITEMS shm tcp uring)
+    add_test(NAME examples.memory_domains.${transport}
+             COMMAND ${PDCOLL_RUN} -n 2 --timeout 120 $<TARGET_FILE:memory_domains>)
+    if(transport STREQUAL "uring")
+      set_tests_properties(examples.memory_domains.${transport} PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
+    else()
+      set_tests_properties(examples.memory_domains.${transport} PROPERTIES ENVIRONMENT "PDCOLL_PROVIDER=${transport}")
+    endif()
+    set_tests_properties(examples.memory_domains.${transport} PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
+  endforeach()
 endif()
