@@ -21,12 +21,15 @@ class [[nodiscard]] result {
   result(std::error_code error) : state_(std::in_place_index<1>, error) {}  // NOLINT
   /// True when a value is held.
   bool has_value() const noexcept { return state_.index() == 0; }
+  /// Same as has_value().
   explicit operator bool() const noexcept { return has_value(); }
   /// The value; throws std::system_error holding error() when there is none.
   T& value() & { check(); return std::get<0>(state_); }
   T&& value() && { check(); return std::get<0>(std::move(state_)); }
   const T& value() const& { check(); return std::get<0>(state_); }
+  /// The value, unchecked (has_value() must be true).
   T& operator*() & noexcept { return *std::get_if<0>(&state_); }
+  /// Member access to the value, unchecked.
   T* operator->() noexcept { return std::get_if<0>(&state_); }
   const T* operator->() const noexcept { return std::get_if<0>(&state_); }
   /// The error; empty when a value is held.

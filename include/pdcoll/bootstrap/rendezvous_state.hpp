@@ -72,8 +72,8 @@ struct server_options {
 /// shared buffer for everyone) and STATUS (O(world_size)).
 class rendezvous_state {
  public:
-  using connection_id = std::uint64_t;
-  using clock = std::chrono::steady_clock;
+  using connection_id = std::uint64_t;      ///< the caller's name for one client connection
+  using clock = std::chrono::steady_clock;  ///< the clock of idle and wait deadlines
 
   /// A store for `world_size` ranks that admits clients presenting `token`.
   rendezvous_state(int world_size, std::string token, server_options options = {})

@@ -136,6 +136,7 @@ class store {
   /// is stored. Keys: 1–256 bytes; values: up to 64 KiB.
   /// Errors: errc::invalid_argument (limits), errc::bootstrap (store full), see the file comment.
   void set(std::string_view key, std::string_view value) { set(key, value, s_->timeout); }
+  /// set() with its own deadline.
   void set(std::string_view key, std::string_view value, std::chrono::milliseconds timeout) {
     check_key(key);
     if (value.size() > s_->options.server.wire.max_value)
@@ -162,6 +163,7 @@ class store {
 
   /// Returns once every key in `keys` is set. One round trip per key.
   void wait(std::initializer_list<std::string_view> keys) { wait(keys, s_->timeout); }
+  /// wait() with its own deadline.
   void wait(std::initializer_list<std::string_view> keys, std::chrono::milliseconds timeout) {
     const auto deadline = detail::clock::now() + timeout;
     for (auto key : keys) {
@@ -190,6 +192,7 @@ class store {
   /// Returns when every rank has called barrier.
   /// Errors: as all_gather.
   void barrier() { barrier(s_->timeout); }
+  /// barrier() with its own deadline.
   void barrier(std::chrono::milliseconds timeout) { collect(collect_kind::barrier, {}, timeout); }
 
   /// all_gather as the transport layer's address_exchange. The store must

@@ -65,7 +65,7 @@ enum class round_state : std::uint8_t { open = 0, completed = 1, not_started = 2
 /// One decoded message. A flat record: each type uses the fields its
 /// comment in message_type lists and leaves the others empty.
 struct message {
-  message_type type{};
+  message_type type{};  ///< what the message asks or answers
   std::string token;        ///< hello
   std::string key;          ///< set, get, wait, value, ready
   std::string value;        ///< set, collect, value, part
@@ -234,6 +234,7 @@ class frame_reader {
   /// What next() found.
   enum class status { need_more, frame, error };
 
+  /// A reader enforcing `lim` on every frame.
   explicit frame_reader(limits lim = {}) : limits_(lim) {}
 
   /// Appends received bytes.

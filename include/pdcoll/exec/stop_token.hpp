@@ -207,7 +207,7 @@ class inplace_stop_token {
  public:
   /// The callback type registered against this token (C++26 stop_callback_for_t).
   template <class Callback>
-  using callback_type = inplace_stop_callback<Callback>;
+  using callback_type = inplace_stop_callback<Callback>;  ///< the stop callback type for this token
 
   inplace_stop_token() noexcept = default;
   /// Whether stop was requested on the source.
@@ -241,7 +241,7 @@ inline inplace_stop_token inplace_stop_source::get_token() const noexcept {
 template <class Callback>
 class inplace_stop_callback : private detail::inplace_stop_callback_base {
  public:
-  using callback_type = Callback;
+  using callback_type = Callback;  ///< the callback type (the standard's stoppable-token protocol)
 
   template <class Init>
     requires std::is_constructible_v<Callback, Init>

@@ -22,8 +22,8 @@
 namespace pdcoll::exec {
 
 #if defined(PDCOLL_USE_STDEXEC)
-// Interoperate by sharing stdexec's vocabulary: our senders then *are*
-// stdexec senders and the reverse.
+/// With PDCOLL_USE_STDEXEC, pdcoll's vocabulary *is* stdexec's (these
+/// using-declarations): our senders are stdexec senders and the reverse.
 using stdexec::completion_signatures;
 using stdexec::connect;
 using stdexec::connect_t;
@@ -72,6 +72,7 @@ struct operation_state_t {};
 
 /// The completion channels. Receivers implement noexcept members of these names.
 struct set_value_t {
+  /// Calls `r.set_value(as...)`.
   template <class R, class... As>
     requires requires(R&& r, As&&... as) { std::forward<R>(r).set_value(std::forward<As>(as)...); }
   constexpr void operator()(R&& r, As&&... as) const noexcept {
@@ -82,6 +83,7 @@ struct set_value_t {
 };
 /// Completes a receiver with an error.
 struct set_error_t {
+  /// Calls `r.set_error(e)`.
   template <class R, class E>
     requires requires(R&& r, E&& e) { std::forward<R>(r).set_error(std::forward<E>(e)); }
   constexpr void operator()(R&& r, E&& e) const noexcept {
@@ -92,6 +94,7 @@ struct set_error_t {
 };
 /// Completes a receiver as stopped (cancelled).
 struct set_stopped_t {
+  /// Calls `r.set_stopped()`.
   template <class R>
     requires requires(R&& r) { std::forward<R>(r).set_stopped(); }
   constexpr void operator()(R&& r) const noexcept {
@@ -110,6 +113,7 @@ struct empty_env {};
 /// CPO: the environment of a receiver or the attributes of a sender;
 /// `empty_env` when the object has no `get_env()` member.
 struct get_env_t {
+  /// `t.get_env()`, or empty_env.
   template <class T>
   constexpr decltype(auto) operator()(const T& t) const noexcept {
     if constexpr (requires { t.get_env(); }) {
@@ -128,6 +132,7 @@ using env_of_t = std::remove_cvref_t<decltype(get_env(std::declval<const T&>()))
 
 /// CPO: connect a sender to a receiver, producing an operation state.
 struct connect_t {
+  /// Calls `s.connect(r)`.
   template <class S, class R>
     requires requires(S&& s, R&& r) { std::forward<S>(s).connect(std::forward<R>(r)); }
   constexpr auto operator()(S&& s, R&& r) const
@@ -139,6 +144,7 @@ inline constexpr connect_t connect{};
 
 /// CPO: start an operation state. Must not throw.
 struct start_t {
+  /// Calls `o.start()`.
   template <class O>
     requires requires(O& o) { o.start(); }
   constexpr void operator()(O& o) const noexcept {
@@ -150,6 +156,7 @@ inline constexpr start_t start{};
 
 /// CPO: a scheduler's sender that completes on the scheduler's context.
 struct schedule_t {
+  /// Calls `s.schedule()`.
   template <class Sch>
     requires requires(Sch&& s) { std::forward<Sch>(s).schedule(); }
   constexpr auto operator()(Sch&& s) const noexcept(noexcept(std::forward<Sch>(s).schedule())) {
@@ -172,6 +179,7 @@ struct never_stop_token {
 
 /// Query: the stop token of an environment (`never_stop_token` if none).
 struct get_stop_token_t {
+  /// `env.query(get_stop_token)`, or never_stop_token.
   template <class Env>
   constexpr auto operator()(const Env& env) const noexcept {
     if constexpr (requires { env.query(std::declval<const get_stop_token_t&>()); }) {
@@ -185,6 +193,7 @@ inline constexpr get_stop_token_t get_stop_token{};
 
 /// Query: the scheduler an environment's operations should complete on.
 struct get_scheduler_t {
+  /// `env.query(get_scheduler)`.
   template <class Env>
     requires requires(const Env& env) { env.query(std::declval<const get_scheduler_t&>()); }
   constexpr auto operator()(const Env& env) const noexcept {
@@ -195,6 +204,7 @@ inline constexpr get_scheduler_t get_scheduler{};
 
 /// Query: the allocator for an operation's allocations (`std::allocator<void>` if none).
 struct get_allocator_t {
+  /// `env.query(get_allocator)`, or std::allocator<void>.
   template <class Env>
   constexpr auto operator()(const Env& env) const noexcept {
     if constexpr (requires { env.query(std::declval<const get_allocator_t&>()); }) {

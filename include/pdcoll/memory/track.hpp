@@ -31,6 +31,7 @@ class free_tracking {
       : domain_(&domain),
         id_(domain.add_invalidation_hook(
             [c = &comm](const transport::memory_region& region) { c->invalidate_registrations(region); })) {}
+  /// Takes over the subscription; `o` no longer unsubscribes.
   free_tracking(free_tracking&& o) noexcept : domain_(std::exchange(o.domain_, nullptr)), id_(o.id_) {}
   free_tracking& operator=(free_tracking&& o) noexcept {
     if (this != &o) {

@@ -53,9 +53,9 @@ inline constexpr bool view_convertible_v = std::is_convertible_v<Source (*)[], T
 template <class T, class Domain = memory::host>
 class view {
  public:
-  using element_type = T;
-  using value_type = std::remove_cv_t<T>;
-  using domain_type = Domain;
+  using element_type = T;  ///< the element type, const-qualified for read-only views
+  using value_type = std::remove_cv_t<T>;  ///< the element type without cv-qualifiers
+  using domain_type = Domain;  ///< the memory domain the elements live in
   /// The memory kind transports dispatch on.
   static constexpr transport::memory_kind kind = Domain::kind;
 
@@ -116,9 +116,9 @@ class view {
 template <class T>
 class view<T, memory::host> {
  public:
-  using element_type = T;
-  using value_type = std::remove_cv_t<T>;
-  using domain_type = memory::host;
+  using element_type = T;  ///< the element type, const-qualified for read-only views
+  using value_type = std::remove_cv_t<T>;  ///< the element type without cv-qualifiers
+  using domain_type = memory::host;  ///< host memory
   /// The memory kind transports dispatch on.
   static constexpr transport::memory_kind kind = transport::memory_kind::host;
 

@@ -80,11 +80,11 @@ struct max_t {};
 /// size at the end (integers: truncating division).
 struct avg_t {};
 
-inline constexpr sum_t sum{};
-inline constexpr prod_t prod{};
-inline constexpr min_t min{};
-inline constexpr max_t max{};
-inline constexpr avg_t avg{};
+inline constexpr sum_t sum{};    ///< element-wise sum (integers wrap)
+inline constexpr prod_t prod{};  ///< element-wise product (integers wrap)
+inline constexpr min_t min{};    ///< element-wise minimum (NaN wins)
+inline constexpr max_t max{};    ///< element-wise maximum (NaN wins)
+inline constexpr avg_t avg{};    ///< element-wise mean: sum, then one division by the world size
 
 }  // namespace op
 

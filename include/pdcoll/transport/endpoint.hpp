@@ -66,7 +66,7 @@ enum class memory_kind : std::uint8_t {
 struct memory_region {
   void* address = nullptr;        ///< first byte as the fabric addresses it
   std::size_t length = 0;         ///< bytes
-  memory_kind kind = memory_kind::host;
+  memory_kind kind = memory_kind::host;  ///< which kind of memory the range is
   int dmabuf_fd = -1;             ///< DMA-BUF fd for device memory, -1 for host
   std::uint64_t dmabuf_offset = 0;///< offset of `address` inside the DMA-BUF
   int hmem_iface = 0;             ///< libfabric's enum fi_hmem_iface value (0: FI_HMEM_SYSTEM)
