@@ -1,0 +1,36 @@
+# Collectives and point-to-point across processes: tests/multiproc/collectives_world.cpp
+# runs through tools/pdcoll-run on 2, 3 and 4 ranks over each transport
+# (libfabric shm, libfabric tcp, io_uring TCP); every rank checks its own
+# results. The mismatch case aborts its communicator on purpose, so it runs
+# in a job of its own per transport.
+add_executable(multiproc_collectives
+  ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/collectives_world.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/doctest_main.cpp)
+target_link_libraries(multiproc_collectives PRIVATE pdcoll::pdcoll doctest::doctest)
+target_include_directories(multiproc_collectives PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+
+# name|PDCOLL_TRANSPORT|PDCOLL_PROVIDER
+set(PDCOLL_COLLECTIVES_TRANSPORTS "shm|libfabric|shm" "tcp|libfabric|tcp" "uring|uring|")
+foreach(entry IN LISTS PDCOLL_COLLECTIVES_TRANSPORTS)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 what)
+  list(GET parts 1 transport)
+  list(GET parts 2 provider)
+  set(environment "PDCOLL_TRANSPORT=${transport}")
+  if(provider)
+    list(APPEND environment "PDCOLL_PROVIDER=${provider}")
+  endif()
+  # Deadlines well under the ctest timeout: a lost message fails the job, it never hangs it.
+  list(APPEND environment "PDCOLL_TIMEOUT_MS=30000")
+  foreach(n IN ITEMS 2 3 4)
+    add_test(NAME multiproc.collectives.${what}.n${n}
+             COMMAND ${PDCOLL_RUN} -n ${n} --timeout 280 $<TARGET_FILE:multiproc_collectives>
+                     --test-case-exclude=mismatch*)
+    set_tests_properties(multiproc.collectives.${what}.n${n} PROPERTIES
+      ENVIRONMENT "${environment}" LABELS "multiproc;collectives" TIMEOUT 300)
+  endforeach()
+  add_test(NAME multiproc.collectives.${what}.mismatch
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_collectives> --test-case=mismatch*)
+  set_tests_properties(multiproc.collectives.${what}.mismatch PROPERTIES
+    ENVIRONMENT "${environment}" LABELS "multiproc;collectives" TIMEOUT 120)
+endforeach()
