@@ -128,9 +128,12 @@ class progress_drivers {
     std::size_t waiters = 0;
     std::atomic<std::size_t> count{0};
   };
+  // Never destroyed: communicators with static storage duration unregister
+  // from their destructors, which may run after a function-local static
+  // registry would have been destroyed.
   static registry& instance() noexcept {
-    static registry r;
-    return r;
+    static registry* r = new registry;
+    return *r;
   }
 };
 
