@@ -20,6 +20,7 @@
 
 #include <pdcoll/collectives.hpp>
 #include <pdcoll/communicator.hpp>
+#include <pdcoll/detail/stop_link.hpp>
 #include <pdcoll/detail/tags.hpp>
 #include <pdcoll/error.hpp>
 #include <pdcoll/exec/vocabulary.hpp>
@@ -194,25 +195,12 @@ class point_to_point_operation final : public point_to_point_op_base {
       : point_to_point_op_base(comm, std::move(spec)), rcvr_(std::move(rcvr)) {}
 
   void start() noexcept {
-    auto token = exec::get_stop_token(exec::get_env(rcvr_));
-    if (token.stop_requested()) {
-      exec::set_stopped(std::move(rcvr_));
-      return;
-    }
-    if (token.stop_possible()) stop_callback_.emplace(token, on_stop{this});
-    launch();
+    if (stop_.attach(rcvr_, *comm_, *this)) launch();
   }
 
  private:
-  struct on_stop {
-    point_to_point_operation* self;
-    void operator()() noexcept { self->comm_->request_stop(*self); }
-  };
-  using stop_token_type = exec::stop_token_of_t<exec::env_of_t<R>>;
-  using stop_callback_type = typename stop_token_type::template callback_type<on_stop>;
-
   void deliver(std::error_code ec, std::size_t bytes, bool stopped) noexcept override {
-    stop_callback_.reset();
+    stop_.detach();
     if (stopped) exec::set_stopped(std::move(rcvr_));
     else if (ec) exec::set_error(std::move(rcvr_), ec);
     else if constexpr (Receive) exec::set_value(std::move(rcvr_), bytes);
@@ -220,7 +208,7 @@ class point_to_point_operation final : public point_to_point_op_base {
   }
 
   R rcvr_;
-  std::optional<stop_callback_type> stop_callback_;
+  detail::stop_link<R> stop_;
 };
 
 }  // namespace pdcoll::detail

@@ -10,6 +10,7 @@
 
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/stop_link.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/detail/staging.hpp>
 #include <pdcoll/detail/tags.hpp>
@@ -619,32 +620,19 @@ class collective_operation final : public collective_op_base {
       : collective_op_base(comm, std::move(spec)), rcvr_(std::move(rcvr)) {}
 
   void start() noexcept {
-    auto token = exec::get_stop_token(exec::get_env(rcvr_));
-    if (token.stop_requested()) {
-      exec::set_stopped(std::move(rcvr_));
-      return;
-    }
-    if (token.stop_possible()) stop_callback_.emplace(token, on_stop{this});
-    launch();
+    if (stop_.attach(rcvr_, *comm_, *this)) launch();
   }
 
  private:
-  struct on_stop {
-    collective_operation* self;
-    void operator()() noexcept { self->comm_->request_stop(*self); }
-  };
-  using stop_token_type = exec::stop_token_of_t<exec::env_of_t<R>>;
-  using stop_callback_type = typename stop_token_type::template callback_type<on_stop>;
-
   void deliver(std::error_code ec, bool stopped) noexcept override {
-    stop_callback_.reset();
+    stop_.detach();
     if (stopped) exec::set_stopped(std::move(rcvr_));
     else if (ec) exec::set_error(std::move(rcvr_), ec);
     else exec::set_value(std::move(rcvr_));
   }
 
   R rcvr_;
-  std::optional<stop_callback_type> stop_callback_;
+  stop_link<R> stop_;
 };
 
 }  // namespace pdcoll::detail
