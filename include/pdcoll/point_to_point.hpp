@@ -188,7 +188,7 @@ class point_to_point_op_base : public operation_base {
 template <bool Receive, class R>
 class point_to_point_operation final : public point_to_point_op_base {
  public:
-  using operation_state_concept = exec::operation_state_t;
+  using operation_state_concept = exec::operation_state_t;  ///< marks this type as an operation state
 
   point_to_point_operation(communicator& comm, point_to_point_spec spec, R rcvr) noexcept(
       std::is_nothrow_move_constructible_v<R>)
@@ -225,10 +225,12 @@ namespace pdcoll {
 template <bool Receive>
 class point_to_point_sender {
  public:
-  using sender_concept = exec::sender_t;
+  using sender_concept = exec::sender_t;  ///< marks this type as a sender
+  /// The ways it completes (see the class comment).
   using completion_signatures =
       exec::completion_signatures<std::conditional_t<Receive, exec::set_value_t(std::size_t), exec::set_value_t()>,
                                   exec::set_error_t(std::error_code), exec::set_stopped_t()>;
+  /// The same completions in the C++26 static consteval form.
   template <class Self, class... Env>
   static consteval auto get_completion_signatures() {
     return completion_signatures{};

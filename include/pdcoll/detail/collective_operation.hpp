@@ -613,7 +613,7 @@ class collective_op_base : public collective_context, public operation_base {
 template <class R>
 class collective_operation final : public collective_op_base {
  public:
-  using operation_state_concept = exec::operation_state_t;
+  using operation_state_concept = exec::operation_state_t;  ///< marks this type as an operation state
 
   collective_operation(communicator& comm, collective_spec spec, R rcvr) noexcept(
       std::is_nothrow_move_constructible_v<R>)
@@ -647,9 +647,11 @@ namespace pdcoll {
 /// Lazy: nothing is posted before start; ranks must start collectives in the same order.
 class collective_sender {
  public:
-  using sender_concept = exec::sender_t;
+  using sender_concept = exec::sender_t;  ///< marks this type as a sender
+  /// The ways it completes (see the class comment).
   using completion_signatures = exec::completion_signatures<exec::set_value_t(), exec::set_error_t(std::error_code),
                                                             exec::set_stopped_t()>;
+  /// The same completions in the C++26 static consteval form.
   template <class Self, class... Env>
   static consteval auto get_completion_signatures() {
     return completion_signatures{};
