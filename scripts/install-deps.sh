@@ -38,6 +38,8 @@ if ((want_conan)); then
     # back to a user install, whose bin directory scripts/test.sh puts on PATH.
     python3 -m pip install -q "conan>=2,<3" 2>/dev/null ||
       python3 -m pip install -q --user --break-system-packages "conan>=2,<3"
+    # pyenv's python3 needs its shims regenerated to put `conan` on PATH.
+    if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
   fi
 fi
 echo "install-deps: ok"
