@@ -49,6 +49,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -100,6 +101,31 @@ struct options {
 };
 
 namespace detail {
+
+/// libfabric 1.17's shm provider names an endpoint's region
+/// /dev/shm/<pid>:<uid>:<endpoint index> and refuses (fi_enable: -EBUSY) to
+/// create one that exists. A process killed with SIGKILL leaves its regions
+/// behind, so a later process that gets the same pid could never open shm.
+/// No live process but this one can own a region named after this pid, and
+/// this process creates its regions only in fi_enable, so one that exists
+/// before then for an endpoint this process has not made is stale.
+inline void remove_stale_shm_regions(pid_t pid) noexcept {
+  static std::unordered_set<std::string> created;  // regions this process made (name prefix reuse)
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  for (int ep = 0; ep < 64; ++ep) {
+    const std::string name =
+        "/dev/shm/" + std::to_string(pid) + ":" + std::to_string(::getuid()) + ":" + std::to_string(ep);
+    if (created.count(name)) continue;
+    if (::access(name.c_str(), F_OK) != 0) {
+      created.insert(name);  // the next free name: fi_enable will create it
+      return;
+    }
+    ::unlink(name.c_str());  // stale: left by a dead process with our pid
+    created.insert(name);
+    return;
+  }
+}
 
 /// Which provider to open and why (the "why" is shown at PDCOLL_DEBUG=INFO).
 struct provider_choice {
@@ -649,6 +675,7 @@ class fabric_endpoint final : public endpoint {
     if (int e = ::fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) {
       detail::throw_fabric_error("fi_ep_bind(cq)", e);
     }
+    if (provider_ == "shm") detail::remove_stale_shm_regions(::getpid());
     if (int e = ::fi_enable(ep_)) detail::throw_fabric_error("fi_enable", e);
   }
 
