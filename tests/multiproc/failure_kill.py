@@ -84,7 +84,11 @@ def one_run(args, seed, world):
         if res is None:
             problems.append(f"survivor {r} printed no RESULT (crashed, hung or was killed)")
             continue
-        if res.get("ok") != "1":
+        # A victim killed during setup takes the rendezvous (or a peer's
+        # address exchange) with it: a clear setup error, returned promptly, is
+        # the outcome wanted then.
+        setup_error = res.get("status") == "setup-error" and victim is not None
+        if res.get("ok") != "1" and not setup_error:
             problems.append(f"survivor {r}: {res.get('problem', res)}")
         late.append(float(res.get("late_ms", "0")))
     desc = "?" if victim is None else f"victim {victim[0]} {victim[1].get('mode')}@{victim[1].get('iteration')}"
