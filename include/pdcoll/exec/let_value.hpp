@@ -46,22 +46,8 @@ struct let_signatures<Tag, F, Env, completion_signatures<Sigs...>> {
   static constexpr bool nothrow = (let_map<Tag, F, Env, Sigs>::nothrow && ...);
   using type = concat_signatures_t<typename let_map<Tag, F, Env, Sigs>::type...,
                                    exception_signature_if<!nothrow>>;
-  template <class... Lists>
-  struct join {
-    using type = type_list<>;
-  };
-  template <class... As, class... Rest>
-  struct join<type_list<As...>, Rest...> {
-    template <class Tail>
-    struct prepend;
-    template <class... Bs>
-    struct prepend<type_list<Bs...>> {
-      using type = type_list<As..., Bs...>;
-    };
-    using type = typename prepend<typename join<Rest...>::type>::type;
-  };
   /// The distinct tuples of decayed arguments f may be called with.
-  using stored = unique_list_t<typename join<typename let_map<Tag, F, Env, Sigs>::stored...>::type>;
+  using stored = unique_list_t<typename join_type_lists<typename let_map<Tag, F, Env, Sigs>::stored...>::type>;
 };
 
 /// Receiver for the sender f returned: forwards everything to the outer receiver.

@@ -19,6 +19,22 @@ namespace pdcoll::exec::detail {
 template <class... Ts>
 struct type_list {};
 
+/// The concatenation of type_lists.
+template <class... Lists>
+struct join_type_lists {
+  using type = type_list<>;
+};
+template <class... As, class... Rest>
+struct join_type_lists<type_list<As...>, Rest...> {
+  template <class Tail>
+  struct prepend;
+  template <class... Bs>
+  struct prepend<type_list<Bs...>> {
+    using type = type_list<As..., Bs...>;
+  };
+  using type = typename prepend<typename join_type_lists<Rest...>::type>::type;
+};
+
 // ---- dedup-appending and concatenation of signature lists -------------------
 
 template <class List, class... Add>
@@ -108,21 +124,7 @@ struct value_types<completion_signatures<Sigs...>, Wrap> {
   struct one<set_value_t(As...)> {
     using type = type_list<Wrap<As...>>;
   };
-  template <class... Lists>
-  struct join {
-    using type = type_list<>;
-  };
-  template <class... As, class... Rest>
-  struct join<type_list<As...>, Rest...> {
-    template <class Tail>
-    struct prepend;
-    template <class... Bs>
-    struct prepend<type_list<Bs...>> {
-      using type = type_list<As..., Bs...>;
-    };
-    using type = typename prepend<typename join<Rest...>::type>::type;
-  };
-  using type = typename join<typename one<Sigs>::type...>::type;
+  using type = typename join_type_lists<typename one<Sigs>::type...>::type;
 };
 
 template <class Sigs>
@@ -137,21 +139,7 @@ struct error_types<completion_signatures<Sigs...>> {
   struct one<set_error_t(E)> {
     using type = type_list<E>;
   };
-  template <class... Lists>
-  struct join {
-    using type = type_list<>;
-  };
-  template <class... As, class... Rest>
-  struct join<type_list<As...>, Rest...> {
-    template <class Tail>
-    struct prepend;
-    template <class... Bs>
-    struct prepend<type_list<Bs...>> {
-      using type = type_list<As..., Bs...>;
-    };
-    using type = typename prepend<typename join<Rest...>::type>::type;
-  };
-  using type = typename join<typename one<Sigs>::type...>::type;
+  using type = typename join_type_lists<typename one<Sigs>::type...>::type;
 };
 
 // ---- type_list utilities ----------------------------------------------------

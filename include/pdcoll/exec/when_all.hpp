@@ -78,21 +78,7 @@ struct when_all_signatures {
   struct decay_list<type_list<Es...>> {
     using type = type_list<std::decay_t<Es>...>;
   };
-  template <class... Lists>
-  struct join {
-    using type = type_list<>;
-  };
-  template <class... As, class... Rest>
-  struct join<type_list<As...>, Rest...> {
-    template <class Tail>
-    struct prepend;
-    template <class... Bs>
-    struct prepend<type_list<Bs...>> {
-      using type = type_list<As..., Bs...>;
-    };
-    using type = typename prepend<typename join<Rest...>::type>::type;
-  };
-  using error_storage = storage_variant_t<unique_list_t<typename join<
+  using error_storage = storage_variant_t<unique_list_t<typename join_type_lists<
       typename decay_list<typename error_types<ChildSigs>::type>::type...,
       std::conditional_t<nothrow, type_list<>, type_list<std::exception_ptr>>>::type>>;
 };
