@@ -13,6 +13,7 @@ set(PDCOLL_FABRIC_CASES
   "tag_order|receives posted in reverse tag order*"
   "any_peer|any_peer receives with an ignore mask*"
   "cancel_truncate|truncation is collective_mismatch*"
+  "rendezvous|large messages take the single-copy rendezvous*"
   "peer_killed|a receive from a peer killed*"
   "latency|8-byte ping-pong latency*")
 foreach(provider shm tcp)

@@ -20,6 +20,27 @@
 // contain reserved_tag_bits, so continuation chunks match only their own
 // receive. All ranks must use the same provider and max_message_size.
 //
+// Single-copy rendezvous on shm: libfabric 1.17's shm provider copies a
+// large message (CMA, process_vm_readv) inside its progress engine while
+// it holds its own region's spin lock, and a peer posting a send to that
+// region spins on the lock meanwhile, so the two ranks of a ring exchange
+// copy one at a time; it also stalls on large messages that arrive before
+// their receive (ofiwg/libfabric#9143). So on shm (when every rank's CMA
+// probe succeeded, see setup_rendezvous) a message of at least
+// options.rendezvous_threshold bytes goes out as a zero-byte notice on the
+// caller's tag with remote CQ data rendezvous_flag | sender rank << 40 |
+// cookie, after the sender wrote {address, length, cookie} into slot
+// (receiver, cookie % rendezvous_slots) of its rendezvous table, whose address
+// every peer learnt at setup. The receive the notice matches reads that slot
+// and then the payload, each with one process_vm_readv straight from the
+// sender's memory into the receive buffer, outside every libfabric lock, and
+// answers with a zero-byte finish message on tag reserved_tag_bits |
+// finish_bit | [finish_failed_bit] | cookie. The send completes when the
+// finish arrives (its buffer is no longer read). A notice fits every receive,
+// so a too-small receive is reported to both sides. A rendezvous send is not
+// cancelled, as the receiver may be reading it; close() still ends it. A send
+// whose table slot is still busy takes the provider's path.
+//
 // Performance: a send or receive shorter than the chunk size is one fi_tsend /
 // fi_trecv and no allocation. Split messages allocate one small record and
 // move one chunk at a time. -FI_EAGAIN on post drives the CQ (stashing the
@@ -41,9 +62,12 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 #include <sched.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -53,6 +77,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <unordered_set>
@@ -80,10 +105,19 @@ struct options {
   /// Overrides the hostname comparison behind the shm / tcp choice.
   std::optional<bool> all_local;
   /// Ask for FI_HMEM (device memory registration) when the provider has it.
-  bool request_hmem = true;
+  /// Unset: PDCOLL_FI_HMEM (0/1) when set, else yes for every provider but
+  /// shm. libfabric's shm turns its single-copy path (CMA,
+  /// process_vm_readv) off for an endpoint opened with FI_HMEM and then
+  /// moves every message above 4 KiB through its bounce buffers, a quarter
+  /// of the bandwidth; without FI_HMEM device memory on shm is staged.
+  std::optional<bool> request_hmem;
   /// Largest message sent as one libfabric message; 0 = the provider's
   /// max_msg_size. Smaller values force the split path (tests). Same on all ranks.
   std::size_t max_message_size = 0;
+  /// Messages of at least this many bytes take the single-copy rendezvous on
+  /// shm (see the file comment); 0 turns it off. Unset: PDCOLL_SHM_RENDEZVOUS
+  /// (bytes; 0 = off) when set, else 16 KiB. Same on all ranks.
+  std::optional<std::size_t> rendezvous_threshold;
   /// Use a FI_WAIT_FD completion queue for wait() when the provider has one.
   bool use_wait_fd = true;
   /// Bound on retrying a post that returns -FI_EAGAIN; then errc::peer_lost.
@@ -161,6 +195,25 @@ inline constexpr std::uint64_t state_outstanding = 1u << 0;
 inline constexpr std::uint64_t state_receive = 1u << 1;
 inline constexpr std::uint64_t state_cancel_requested = 1u << 2;
 inline constexpr std::uint64_t state_split = 1u << 3;  // transport_state[1] holds a split_transfer*
+inline constexpr std::uint64_t state_rendezvous = 1u << 4;  // a send waiting for its finish message
+
+/// Remote CQ data of a ready-to-send record: this flag, the sender's rank in
+/// bits 40..62, a per-peer cookie in bits 0..39.
+inline constexpr std::uint64_t rendezvous_flag = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t rendezvous_cookie_mask = (std::uint64_t{1} << 40) - 1;
+/// Tag bits of a finish message (with reserved_tag_bits and the cookie).
+inline constexpr std::uint64_t finish_bit = std::uint64_t{1} << 62;
+inline constexpr std::uint64_t finish_failed_bit = std::uint64_t{1} << 61;
+
+/// One slot of a sender's rendezvous table (see the file comment).
+struct rendezvous_record {
+  std::uint64_t address = 0;
+  std::uint64_t length = 0;
+  std::uint64_t cookie = 0;  ///< the notice's cookie, checked by the reader
+};
+
+/// Table slots per receiving peer: rendezvous sends in flight to one peer.
+inline constexpr std::size_t rendezvous_slots = 256;
 
 /// Progress of one message that is moved in chunks (see the file comment).
 struct split_transfer {
@@ -215,8 +268,9 @@ inline int close_fid(fid* f) noexcept { return f ? ::fi_close(f) : 0; }
 class fabric_endpoint final : public endpoint {
  public:
   /// Opens the fabric for `rank` of `world_size`, exchanging endpoint
-  /// addresses through `exchange` (called exactly twice on every rank: host
-  /// names, then addresses). Throws std::system_error naming the failing
+  /// addresses through `exchange` (called the same number of times on every
+  /// rank: host names, then addresses, then on shm two rounds for the
+  /// rendezvous probe). Throws std::system_error naming the failing
   /// fi_* call and its fi_strerror text.
   fabric_endpoint(int rank, int world_size, const address_exchange& exchange,
                   const options& opts)
@@ -275,6 +329,12 @@ class fabric_endpoint final : public endpoint {
   const std::string& provider() const noexcept { return provider_; }
   /// The largest message sent without splitting.
   std::size_t chunk_bytes() const noexcept { return chunk_; }
+  /// Smallest send that takes the single-copy rendezvous (SIZE_MAX: none do).
+  std::size_t rendezvous_threshold() const noexcept { return rendezvous_threshold_; }
+  /// Whether sends to `peer` of rendezvous_threshold() bytes or more take it.
+  bool rendezvous_with(int peer) const noexcept {
+    return peer >= 0 && peer < world_size_ && rendezvous_peers_[static_cast<std::size_t>(peer)];
+  }
   /// Whether wait() sleeps on the CQ's file descriptor (else it backs off).
   bool has_wait_fd() const noexcept { return wait_fd_ >= 0; }
   /// The fi_info in use (for diagnostics; owned by the endpoint).
@@ -294,6 +354,10 @@ class fabric_endpoint final : public endpoint {
     auto* bytes = static_cast<const std::byte*>(buffer);
     ctx->transport_state[0] = peer_bits(peer);
     ctx->transport_state[1] = 0;
+    if (length >= rendezvous_threshold_ && length < chunk_ && rendezvous_peers_[static_cast<std::size_t>(peer)]) {
+      std::error_code ec;
+      if (post_rendezvous_send(peer, bytes, length, tag, ctx, ec)) return ec;
+    }
     if (length >= chunk_) {
       if (cq_data_bits_ == 0) return make_error_code(errc::invalid_argument);
       auto* split = new (std::nothrow) detail::split_transfer{};
@@ -327,6 +391,95 @@ class fabric_endpoint final : public endpoint {
     return {};
   }
 
+  /// The send side of the single-copy rendezvous: fills the table slot,
+  /// posts the notice, then the receive for the finish message with the
+  /// caller's context. Returns false (nothing posted) when the slot is busy.
+  bool post_rendezvous_send(int peer, const std::byte* bytes, std::size_t length, std::uint64_t tag,
+                            completion_context* ctx, std::error_code& ec) noexcept {
+    const std::uint64_t cookie = next_sequence(peer) & detail::rendezvous_cookie_mask;
+    const std::size_t slot = static_cast<std::size_t>(peer) * detail::rendezvous_slots +
+                             static_cast<std::size_t>(cookie % detail::rendezvous_slots);
+    if (rendezvous_busy_[slot]) return false;
+    rendezvous_table_[slot] = detail::rendezvous_record{reinterpret_cast<std::uintptr_t>(bytes), length, cookie};
+    const auto to = static_cast<fi_addr_t>(peer);
+    const std::uint64_t data = detail::rendezvous_flag | (static_cast<std::uint64_t>(rank_) << 40) | cookie;
+    ec = retry_post(peer, [&] { return ::fi_tinjectdata(ep_, nullptr, 0, data, to, tag); });
+    if (ec) return true;  // nothing went out
+    rendezvous_busy_[slot] = 1;
+    // A finish that arrives before this receive waits in the provider's
+    // unexpected queue.
+    ec = retry_post(peer, [&] {
+      return ::fi_trecv(ep_, nullptr, 0, nullptr, to, reserved_tag_bits | detail::finish_bit | cookie,
+                        detail::finish_failed_bit, ctx);
+    });
+    // The notice is out and the peer may read the buffer: the caller learns
+    // the send failed, and the slot stays busy for good.
+    if (ec) return true;
+    ctx->transport_state[0] |= detail::state_rendezvous;
+    ctx->transport_state[1] = length;
+    ctx->transport_state[4] = slot;
+    link(ctx);
+    return true;
+  }
+
+  /// The receive side: `ctx` matched a notice from the rank in `e.data`;
+  /// reads the sender's table slot and the payload, answers with a finish
+  /// message and completes the receive.
+  void complete_rendezvous_receive(completion_context* ctx, const detail::cq_event& e) noexcept {
+    auto* buffer = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(ctx->transport_state[4]));
+    const auto capacity = static_cast<std::size_t>(ctx->transport_state[5]);
+    const int source = static_cast<int>((e.data & ~detail::rendezvous_flag) >> 40);
+    const std::uint64_t cookie = e.data & detail::rendezvous_cookie_mask;
+    if (source < 0 || source >= world_size_ || !peer_tables_[static_cast<std::size_t>(source)].pid) {
+      finish(ctx, completion{make_error_code(errc::invalid_argument), 0, e.tag, source});
+      return;
+    }
+    const auto& peer = peer_tables_[static_cast<std::size_t>(source)];
+    auto read_from = [&](void* to, std::uint64_t address, std::size_t bytes) -> std::error_code {
+      std::size_t moved = 0;
+      while (moved < bytes) {
+        iovec local{static_cast<std::byte*>(to) + moved, bytes - moved};
+        iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address + moved)), bytes - moved};
+        const ssize_t n = ::process_vm_readv(peer.pid, &local, 1, &remote, 1, 0);
+        if (n > 0) {
+          moved += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        // ESRCH: the sender is gone. Anything else (EFAULT, EPERM) means the
+        // sender's memory is not what its notice promised; not retried.
+        if (n < 0 && errno == ESRCH) return make_error_code(errc::peer_lost);
+        return std::error_code(n < 0 ? errno : EIO, std::system_category());
+      }
+      return {};
+    };
+    detail::rendezvous_record record;
+    const std::uint64_t slot_address =
+        peer.table + (static_cast<std::uint64_t>(rank_) * detail::rendezvous_slots + cookie % detail::rendezvous_slots) *
+                         sizeof(detail::rendezvous_record);
+    std::error_code ec = read_from(&record, slot_address, sizeof record);
+    if (!ec && record.cookie != cookie) ec = make_error_code(errc::invalid_argument);  // not what the notice named
+    std::size_t moved = 0;
+    if (!ec) {
+      moved = std::min<std::size_t>(record.length, capacity);
+      if (moved && !buffer) ec = make_error_code(errc::null_buffer);
+      if (!ec) ec = read_from(buffer, record.address, moved);
+      if (ec) moved = 0;
+      else if (record.length > capacity) ec = make_error_code(errc::collective_mismatch);  // truncated
+    }
+    send_finish(source, cookie, ec && ec != errc::collective_mismatch);
+    finish(ctx, completion{ec, moved, e.tag, source});
+  }
+
+  /// Answers a rendezvous notice (zero bytes, injected: no completion). A
+  /// failed post leaves the sender to its deadline or the communicator's abort.
+  void send_finish(int peer, std::uint64_t cookie, bool failed) noexcept {
+    if (!ep_ || abandoned_) return;
+    const std::uint64_t tag =
+        reserved_tag_bits | detail::finish_bit | (failed ? detail::finish_failed_bit : 0) | cookie;
+    (void)retry_post(peer, [&] { return ::fi_tinject(ep_, nullptr, 0, static_cast<fi_addr_t>(peer), tag); });
+  }
+
   /// Posts fi_trecv (directed unless peer == any_peer); a buffer of at least
   /// chunk_bytes() takes the split path. Errors as post_send.
   std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag,
@@ -337,6 +490,8 @@ class fabric_endpoint final : public endpoint {
     const fi_addr_t source = peer == any_peer ? FI_ADDR_UNSPEC : static_cast<fi_addr_t>(peer);
     ctx->transport_state[0] = peer_bits(peer) | detail::state_receive;
     ctx->transport_state[1] = 0;
+    ctx->transport_state[4] = reinterpret_cast<std::uintptr_t>(buffer);  // for a rendezvous notice
+    ctx->transport_state[5] = length;
     detail::split_transfer* split = nullptr;
     std::size_t first = length;
     if (length >= chunk_ && cq_data_bits_ != 0) {
@@ -610,11 +765,17 @@ class fabric_endpoint final : public endpoint {
     return *rc_out == 0 ? found : nullptr;
   }
 
+  bool wants_hmem() const {
+    if (opts_.request_hmem) return *opts_.request_hmem;
+    if (const char* env = std::getenv("PDCOLL_FI_HMEM"); env && *env) return std::string_view(env) != "0";
+    return provider_ != "shm";
+  }
+
   void open_objects() {
     const std::uint64_t rma = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     std::vector<std::uint64_t> wishes = {FI_SOURCE | rma | FI_HMEM, FI_SOURCE | rma,
                                          FI_SOURCE | FI_HMEM, FI_SOURCE, rma, 0};
-    if (!opts_.request_hmem) {
+    if (!wants_hmem()) {
       wishes.erase(std::remove_if(wishes.begin(), wishes.end(),
                                   [](std::uint64_t w) { return (w & FI_HMEM) != 0; }),
                    wishes.end());
@@ -705,6 +866,63 @@ class fabric_endpoint final : public endpoint {
                                     " fi_addr " + std::to_string(addr));
       }
     }
+    setup_rendezvous(exchange);
+  }
+
+  /// On shm, decides per peer whether large sends take the single-copy
+  /// rendezvous: every rank publishes its pid and the address of a probe
+  /// word, reads every peer's word with process_vm_readv (refused when
+  /// ptrace rules, seccomp or a different user forbid it), and publishes
+  /// which peers it could read; a send to peer p uses the rendezvous when p
+  /// could read this rank. Every shm rank takes both rounds.
+  void setup_rendezvous(const address_exchange& exchange) {
+    rendezvous_peers_.assign(static_cast<std::size_t>(world_size_), 0);
+    rendezvous_threshold_ = SIZE_MAX;
+    if (provider_ != "shm") return;
+    std::size_t threshold = std::size_t{16} << 10;
+    if (opts_.rendezvous_threshold) {
+      threshold = *opts_.rendezvous_threshold;
+    } else if (const char* env = std::getenv("PDCOLL_SHM_RENDEZVOUS"); env && *env) {
+      threshold = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
+    }
+    // With FI_HMEM a buffer may be device memory that process_vm_readv cannot reach.
+    const bool willing = threshold != 0 && !has_hmem_ && cq_data_bits_ >= 64;
+    if (willing) {
+      rendezvous_table_.assign(static_cast<std::size_t>(world_size_) * detail::rendezvous_slots, {});
+      rendezvous_busy_.assign(rendezvous_table_.size(), 0);
+    }
+    const std::string mine =
+        willing ? std::to_string(::getpid()) + " " + std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) +
+                      " " + std::to_string(reinterpret_cast<std::uintptr_t>(rendezvous_table_.data()))
+                : std::string("-");
+    const auto probes = exchange(mine);
+    peer_tables_.assign(static_cast<std::size_t>(world_size_), {});
+    std::string readable(static_cast<std::size_t>(world_size_), '0');
+    for (int p = 0; p < world_size_ && probes.size() == static_cast<std::size_t>(world_size_); ++p) {
+      unsigned long long pid = 0, address = 0, table = 0;
+      if (!willing || std::sscanf(probes[static_cast<std::size_t>(p)].c_str(), "%llu %llu %llu", &pid, &address,
+                                  &table) != 3)
+        continue;
+      std::uint64_t word = 0;
+      iovec local{&word, sizeof word};
+      iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), sizeof word};
+      if (::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof word &&
+          word == probe_value) {
+        readable[static_cast<std::size_t>(p)] = '1';
+        peer_tables_[static_cast<std::size_t>(p)] = {static_cast<pid_t>(pid), table};
+      }
+    }
+    const auto verdicts = exchange(readable);
+    if (verdicts.size() != static_cast<std::size_t>(world_size_)) return;
+    bool any = false;
+    for (int p = 0; p < world_size_; ++p) {
+      const auto& v = verdicts[static_cast<std::size_t>(p)];
+      const bool ok = willing && v.size() == static_cast<std::size_t>(world_size_) &&
+                      v[static_cast<std::size_t>(rank_)] == '1';
+      rendezvous_peers_[static_cast<std::size_t>(p)] = ok;
+      any = any || ok;
+    }
+    if (any) rendezvous_threshold_ = threshold;
   }
 
   void close_objects() noexcept {
@@ -846,6 +1064,19 @@ class fabric_endpoint final : public endpoint {
     if (!ctx || !(ctx->transport_state[0] & detail::state_outstanding)) return 0;
     const bool receive = (ctx->transport_state[0] & detail::state_receive) != 0;
     auto* split = split_of(ctx);
+    if (ctx->transport_state[0] & detail::state_rendezvous) {  // the finish of a rendezvous send
+      rendezvous_busy_[static_cast<std::size_t>(ctx->transport_state[4])] = 0;
+      std::error_code ec = e.error;
+      if (!ec && (e.tag & detail::finish_failed_bit)) ec = make_error_code(errc::peer_lost);
+      finish(ctx, completion{ec, ec ? 0 : static_cast<std::size_t>(ctx->transport_state[1]), 0,
+                             posted_peer(ctx)});
+      return 1;
+    }
+    if (receive && !e.error && e.length == 0 && (e.flags & FI_REMOTE_CQ_DATA) &&
+        (e.data & detail::rendezvous_flag)) {
+      complete_rendezvous_receive(ctx, e);
+      return 1;
+    }
     if (e.error) {
       // tcp;ofi_rxm ends the receives pending on a connection that broke
       // with FI_ECANCELED; nobody asked for that cancel, so say what it is.
@@ -913,6 +1144,9 @@ class fabric_endpoint final : public endpoint {
 
   void request_cancel(completion_context* ctx) noexcept {
     ctx->transport_state[0] |= detail::state_cancel_requested;
+    // The receiver may be reading a rendezvous send's buffer right now: only
+    // its finish message (or close()) ends it.
+    if (ctx->transport_state[0] & detail::state_rendezvous) return;
     // fi_cancel(3): the operation completes with FI_ECANCELED if it was still
     // queued; otherwise its normal completion stands.
     if (ep_) ::fi_cancel(&ep_->fid, ctx);
@@ -990,6 +1224,17 @@ class fabric_endpoint final : public endpoint {
   int idle_rounds_ = 0;
   std::error_code last_registration_error_;
   std::vector<std::uint64_t> sequences_;
+  static constexpr std::uint64_t probe_value = 0x7064636f6c6c2131;  // what peers' probes must read
+  volatile std::uint64_t probe_word_ = probe_value;
+  std::size_t rendezvous_threshold_ = SIZE_MAX;  // SIZE_MAX: no rendezvous
+  std::vector<char> rendezvous_peers_;           // peer p reads this rank's sends
+  std::vector<detail::rendezvous_record> rendezvous_table_;  // [peer * rendezvous_slots + slot], read by peers
+  std::vector<char> rendezvous_busy_;                        // slot in use by a send in flight
+  struct peer_table {
+    pid_t pid = 0;            // 0: this rank cannot read the peer
+    std::uint64_t table = 0;  // address of the peer's rendezvous_table_ in its memory
+  };
+  std::vector<peer_table> peer_tables_;
   bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
   std::vector<detail::cq_event> stash_;
   std::unordered_set<fid_mr*> live_registrations_;
@@ -999,7 +1244,7 @@ class fabric_endpoint final : public endpoint {
 
 /// Opens a libfabric endpoint for `rank` of `world_size` (see fabric_endpoint
 /// and options for the provider choice). Every rank must call it; it calls
-/// `exchange` twice. Throws std::system_error on setup failure, with a
+/// `exchange` two or four times (see the constructor). Throws std::system_error on setup failure, with a
 /// message naming the failing fi_* call and its fi_strerror text.
 ///
 ///     auto ep = pdcoll::transport::libfabric::make_endpoint(rank, size, exchange);
