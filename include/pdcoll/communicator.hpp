@@ -109,6 +109,9 @@ class operation_base {
  public:
   /// Cancels every outstanding transfer; their completions finish the operation.
   virtual void cancel_outstanding() noexcept = 0;
+  /// What the operation is and which transfers it still waits for, for the
+  /// deadline's diagnostic (e.g. "all_reduce #12: recv from 2 (index 3, 4096 B)").
+  virtual std::string describe() const = 0;
 
   std::chrono::steady_clock::time_point deadline{};
   std::atomic<bool> stop_requested{false};
@@ -487,7 +490,12 @@ class communicator final : private exec::progress_driver {
     for (auto* op = active_; op; op = op->next_active) {
       if (!op->timed_out && now >= op->deadline) {
         op->timed_out = true;
-        detail::log(detail::log_level::warn, rank_, "operation passed its deadline");
+        std::string what;
+        try {
+          what = op->describe();
+        } catch (...) {
+        }
+        detail::log(detail::log_level::warn, rank_, "operation passed its deadline: " + what);
         abort_locked(make_error_code(errc::timeout), true);
         return;  // abort cancelled everything
       }

@@ -78,6 +78,10 @@ class point_to_point_op_base : public operation_base {
   void cancel_outstanding() noexcept override {
     if (posted_) comm_->endpoint().cancel(&transfer_);
   }
+  std::string describe() const override {
+    return std::string(spec_.receive ? "recv from " : "send to ") + std::to_string(spec_.peer) + " (tag " +
+           std::to_string(spec_.tag) + ", " + std::to_string(spec_.buffer.region.length) + " B)";
+  }
 
  protected:
   ~point_to_point_op_base() = default;

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -170,6 +171,17 @@ class collective_op_base : public collective_context, public operation_base {
       b->cancel();
       b = next;
     }
+  }
+
+  std::string describe() const override {
+    static constexpr const char* names[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather",
+                                            "reduce_scatter", "all_to_all", "barrier"};
+    const auto k = static_cast<std::size_t>(spec_.kind);
+    std::string pending;
+    for (auto* b = outstanding_; b; b = b->next_outstanding) b->describe_pending(pending);
+    return std::string(k < std::size(names) ? names[k] : "?") + " #" + std::to_string(seq_) + " (" +
+           std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
+           (pending.empty() ? std::string() : ": " + pending);
   }
 
   // collective_context

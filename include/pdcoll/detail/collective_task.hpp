@@ -27,6 +27,7 @@
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -217,6 +218,15 @@ class transfer_batch {
     auto& ep = owner_->endpoint();
     for (auto& t : transfers_)
       if (!t.done) ep.cancel(&t);
+  }
+
+  /// Appends "; recv from P (index I, B B)" for each transfer not yet completed.
+  void describe_pending(std::string& out) const {
+    for (const auto& t : transfers_) {
+      if (t.done || !posted_) continue;
+      out += std::string(out.empty() ? "" : "; ") + (t.receive ? "recv from " : "send to ") + std::to_string(t.peer) +
+             " (index " + std::to_string(t.index) + ", " + std::to_string(t.bytes) + " B)";
+    }
   }
 
   /// True once every posted transfer completed.
