@@ -33,6 +33,14 @@ struct options {
   /// Per-peer receive staging buffer: headers and small payloads are read
   /// into it in batches; payloads that do not fit are received in place.
   std::size_t staging_bytes = 64 * 1024;
+  /// Slots of the ring's registered-buffer table, filled by
+  /// tcp_endpoint::register_region (at most 16384, the kernel's limit; 0
+  /// turns registration off). Only zero-copy sends use registered buffers,
+  /// so registration also needs zero_copy_threshold > 0.
+  unsigned fixed_buffer_slots = 256;
+  /// Most bytes the registered buffers may pin in all. Without CAP_IPC_LOCK
+  /// the kernel also holds them to RLIMIT_MEMLOCK.
+  std::size_t fixed_buffer_bytes = std::size_t{1} << 30;
 };
 
 }  // namespace pdcoll::transport::uring_tcp

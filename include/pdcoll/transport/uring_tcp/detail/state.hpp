@@ -60,6 +60,7 @@ struct operation {
   int peer = -1;                 ///< destination, or source (any_peer until matched)
   std::byte* buffer = nullptr;
   std::size_t length = 0;
+  void* descriptor = nullptr;    ///< sends: the registration handle's descriptor (a fixed_buffer slot), if any
   std::uint64_t tag = 0;
   std::uint64_t ignore = 0;
   std::uint64_t sequence = 0;    ///< post order, to pick between per-peer and any-peer receives
@@ -113,6 +114,7 @@ struct peer_link {
   intrusive_list<operation> awaiting_notification;
   bool send_in_flight = false;
   bool send_cancel_wanted = false;
+  unsigned send_parts = 0;  ///< SQEs of the send in flight still owing their result (2: header + fixed payload)
   std::size_t send_covered = 0;
   io_slot* send_user_data = nullptr;
   std::array<iovec, max_send_iovecs> iov{};
