@@ -30,6 +30,7 @@
 #pragma once
 
 #include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/host_block_pool.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/detail/tags.hpp>
 #include <pdcoll/error.hpp>
@@ -307,6 +308,26 @@ class communicator final : private exec::progress_driver {
     if (auto ec = endpoint_->register_region(region, handle)) return ec;
     return registration_lease(*endpoint_, handle);
   }
+  /// A host block for a collective's scratch or staging buffers, from the
+  /// communicator's pool (see detail/host_block_pool.hpp).
+  detail::host_block take_host_block(std::size_t bytes) { return host_blocks_.take(bytes); }
+  /// Gives a block from take_host_block back; a block the pool lets go of
+  /// loses its cached registrations before it is freed.
+  void return_host_block(detail::host_block block) noexcept {
+    try {
+      for (auto& dropped : host_blocks_.give(std::move(block))) {
+        transport::memory_region region;
+        region.address = dropped.bytes.get();
+        region.length = dropped.size;
+        invalidate_registrations(region);
+      }
+    } catch (...) {
+      // Out of memory while pooling: the block is freed; nothing else to do.
+    }
+  }
+  /// Idle bytes the host block pool holds.
+  std::size_t pooled_host_bytes() const { return host_blocks_.held_bytes(); }
+
   /// Drops cached registrations overlapping `region` (memory domains call
   /// this when memory is freed; in-use entries go at their last release).
   /// From a domain's free hook it may run on any thread while another holds
@@ -550,6 +571,7 @@ class communicator final : private exec::progress_driver {
   std::unique_ptr<transport::endpoint> endpoint_;
   communicator_options options_;
   registration::endpoint_registrar registrar_{*endpoint_};
+  detail::host_block_pool host_blocks_;  // before cache_: its blocks outlive their cached registrations
   std::optional<fabric_registration_cache> cache_;
   pdcoll::data_path_statistics path_stats_;
   std::mutex deferred_mutex_;

@@ -236,7 +236,8 @@ class collective_op_base : public collective_context, public operation_base {
   struct scratch_block {
     domain_access domain;
     void* handle = nullptr;
-    std::unique_ptr<std::byte[]> host;
+    communicator* pool_owner = nullptr;  // host blocks come from (and go back to) its pool
+    host_block host;
     transport::memory_region region;
     registration_lease lease;
     scratch_block() = default;
@@ -244,6 +245,7 @@ class collective_op_base : public collective_context, public operation_base {
     scratch_block(scratch_block&& o) noexcept
         : domain(o.domain),
           handle(std::exchange(o.handle, nullptr)),
+          pool_owner(o.pool_owner),
           host(std::move(o.host)),
           region(std::exchange(o.region, {})),
           lease(std::move(o.lease)) {}
@@ -256,10 +258,11 @@ class collective_op_base : public collective_context, public operation_base {
       if (domain.allocate) {
         handle = domain.allocate(domain.domain, nbytes, region);
       } else {
-        host.reset(new std::byte[nbytes]);
+        pool_owner = &comm;
+        host = comm.take_host_block(nbytes);
         region = {};
-        region.address = host.get();
-        region.length = nbytes;
+        region.address = host.bytes.get();
+        region.length = host.size;  // the whole block: the same region (and cache entry) on reuse
       }
       auto got = comm.acquire_registration(region);
       if (!got) throw std::system_error(got.error());
@@ -271,7 +274,8 @@ class collective_op_base : public collective_context, public operation_base {
       lease.release();
       if (handle && domain.deallocate) domain.deallocate(domain.domain, handle);
       handle = nullptr;
-      host.reset();
+      if (host.bytes && pool_owner) pool_owner->return_host_block(std::move(host));
+      host = {};
       region = {};
     }
   };
@@ -287,14 +291,21 @@ class collective_op_base : public collective_context, public operation_base {
     std::size_t first = 0;   // first element of the chunk inside every block
     std::size_t length = 0;  // elements per block
     collective_task task;
-    bounce_buffer in_host, out_host;
+    host_block in_host, out_host;  // from the communicator's pool, returned by the destructor
     registration_lease in_lease, out_lease;
     bool shared = false;  // in place: output is the input's bounce buffer
 
     staged_chunk() = default;
+    ~staged_chunk() {
+      task.reset();
+      in_lease.release();
+      out_lease.release();
+      if (!op) return;
+      if (in_host.bytes) op->comm_->return_host_block(std::move(in_host));
+      if (out_host.bytes) op->comm_->return_host_block(std::move(out_host));
+    }
     staged_chunk(const staged_chunk&) = delete;
     staged_chunk& operator=(const staged_chunk&) = delete;
-    ~staged_chunk() { task.reset(); }
 
     transport::endpoint& endpoint() noexcept override { return op->endpoint(); }
     std::uint64_t tag_for(std::uint32_t index) const noexcept override {
@@ -447,17 +458,17 @@ class collective_op_base : public collective_context, public operation_base {
       c.root = root;
       c.red = red;
       c.shared = in_place;
-      c.in_host.reserve(in_layout_.blocks * chunk_bytes);
+      c.in_host = comm_->take_host_block(in_layout_.blocks * chunk_bytes);
       c.in_lease = host_lease(c.in_host);
       if (!in_place) {
-        c.out_host.reserve(out_layout_.blocks * chunk_bytes);
+        c.out_host = comm_->take_host_block(out_layout_.blocks * chunk_bytes);
         c.out_lease = host_lease(c.out_host);
       }
     }
     pump_staged();
   }
 
-  registration_lease host_lease(const bounce_buffer& b) {
+  registration_lease host_lease(const host_block& b) {
     transport::memory_region region;
     region.address = b.bytes.get();
     region.length = b.size;
@@ -468,7 +479,7 @@ class collective_op_base : public collective_context, public operation_base {
 
   // Copies chunk c's slice of every block between the device buffer and the
   // slot's host buffer (blocks packed back to back on the host side).
-  std::size_t copy_chunk(const user_buffer& dev, const staged_layout& layout, bounce_buffer& host,
+  std::size_t copy_chunk(const user_buffer& dev, const staged_layout& layout, host_block& host,
                          const staged_chunk& c, bool to_host) {
     const std::size_t es = spec_.red.element_size;
     const std::size_t bytes = c.length * es, offset = c.first * es;

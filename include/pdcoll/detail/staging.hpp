@@ -66,20 +66,6 @@ inline std::size_t staging_chunk_elements(std::size_t chunk_bytes, std::size_t e
   return per_block ? per_block : 1;
 }
 
-/// A host buffer of a staging slot: plain bytes plus the registration the
-/// transport needs for it (held by the owner).
-struct bounce_buffer {
-  std::unique_ptr<std::byte[]> bytes;
-  std::size_t size = 0;
-
-  /// Grows to at least `n` bytes (contents are not kept).
-  void reserve(std::size_t n) {
-    if (n <= size) return;
-    bytes.reset(new std::byte[n]);
-    size = n;
-  }
-};
-
 /// A staged buffer's shape on this rank: `blocks` blocks of `block_bytes`,
 /// block b at b × block_bytes (0 blocks: this rank passes no such buffer).
 struct staged_layout {
