@@ -14,6 +14,7 @@ set(PDCOLL_FABRIC_CASES
   "any_peer|any_peer receives with an ignore mask*"
   "cancel_truncate|truncation is collective_mismatch*"
   "rendezvous|large messages take the single-copy rendezvous*"
+  "doorbell|an idle shm rank sleeps on its doorbell*"
   "peer_killed|a receive from a peer killed*"
   "latency|8-byte ping-pong latency*")
 foreach(provider shm tcp)

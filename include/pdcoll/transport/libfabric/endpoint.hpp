@@ -26,7 +26,7 @@
 // region spins on the lock meanwhile, so the two ranks of a ring exchange
 // copy one at a time; it also stalls on large messages that arrive before
 // their receive (ofiwg/libfabric#9143). So on shm (when every rank's CMA
-// probe succeeded, see setup_rendezvous) a message of at least
+// probe succeeded, see setup_shm_peers) a message of at least
 // options.rendezvous_threshold bytes goes out as a zero-byte notice on the
 // caller's tag with remote CQ data rendezvous_flag | sender rank << 40 |
 // cookie, after the sender wrote {address, length, cookie} into slot
@@ -86,6 +86,7 @@
 
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/endpoint.hpp"
+#include "pdcoll/transport/libfabric/doorbell.hpp"
 #include "pdcoll/transport/libfabric/errors.hpp"
 
 namespace pdcoll::transport::libfabric {
@@ -118,8 +119,11 @@ struct options {
   /// shm (see the file comment); 0 turns it off. Unset: PDCOLL_SHM_RENDEZVOUS
   /// (bytes; 0 = off) when set, else 16 KiB. Same on all ranks.
   std::optional<std::size_t> rendezvous_threshold;
-  /// Use a FI_WAIT_FD completion queue for wait() when the provider has one.
+  /// Use a FI_WAIT_FD completion queue for wait() when the provider has one,
+  /// and on shm (which has none) a doorbell in shared memory that peers ring.
   bool use_wait_fd = true;
+  /// How long wait() polls on shm before it sleeps on the doorbell.
+  std::chrono::microseconds poll_before_sleep{20};
   /// Bound on retrying a post that returns -FI_EAGAIN; then errc::peer_lost.
   /// The post blocks its caller (and the communicator's lock) meanwhile, so
   /// it is short: a peer that accepts nothing for this long is dead or stuck
@@ -329,6 +333,10 @@ class fabric_endpoint final : public endpoint {
   const std::string& provider() const noexcept { return provider_; }
   /// The largest message sent without splitting.
   std::size_t chunk_bytes() const noexcept { return chunk_; }
+  /// Whether wait() sleeps on a doorbell that peers ring (shm).
+  bool has_doorbell() const noexcept { return own_bell_.words != nullptr; }
+  /// Sleeps on the doorbell that a peer's ring ended.
+  std::uint64_t doorbell_wakeups() const noexcept { return doorbell_wakeups_; }
   /// Smallest send that takes the single-copy rendezvous (SIZE_MAX: none do).
   std::size_t rendezvous_threshold() const noexcept { return rendezvous_threshold_; }
   /// Whether sends to `peer` of rendezvous_threshold() bytes or more take it.
@@ -384,6 +392,7 @@ class fabric_endpoint final : public endpoint {
         return ::fi_tsend(ep_, bytes, length, descriptor, static_cast<fi_addr_t>(peer), tag, ctx);
       });
       if (ec) return ec;
+      ring(peer);
       // fi_cq(3): `len` is only defined for receives, so a send remembers its own.
       ctx->transport_state[1] = length;
     }
@@ -405,6 +414,7 @@ class fabric_endpoint final : public endpoint {
     const std::uint64_t data = detail::rendezvous_flag | (static_cast<std::uint64_t>(rank_) << 40) | cookie;
     ec = retry_post(peer, [&] { return ::fi_tinjectdata(ep_, nullptr, 0, data, to, tag); });
     if (ec) return true;  // nothing went out
+    ring(peer);
     rendezvous_busy_[slot] = 1;
     // A finish that arrives before this receive waits in the provider's
     // unexpected queue.
@@ -471,13 +481,19 @@ class fabric_endpoint final : public endpoint {
     finish(ctx, completion{ec, moved, e.tag, source});
   }
 
+  /// Wakes `peer` if it sleeps on its doorbell (after a post to it).
+  void ring(int peer) noexcept {
+    if (static_cast<std::size_t>(peer) < peer_bells_.size()) peer_bells_[static_cast<std::size_t>(peer)].ring_if_sleeping();
+  }
+
   /// Answers a rendezvous notice (zero bytes, injected: no completion). A
   /// failed post leaves the sender to its deadline or the communicator's abort.
   void send_finish(int peer, std::uint64_t cookie, bool failed) noexcept {
     if (!ep_ || abandoned_) return;
     const std::uint64_t tag =
         reserved_tag_bits | detail::finish_bit | (failed ? detail::finish_failed_bit : 0) | cookie;
-    (void)retry_post(peer, [&] { return ::fi_tinject(ep_, nullptr, 0, static_cast<fi_addr_t>(peer), tag); });
+    if (!retry_post(peer, [&] { return ::fi_tinject(ep_, nullptr, 0, static_cast<fi_addr_t>(peer), tag); }))
+      ring(peer);
   }
 
   /// Posts fi_trecv (directed unless peer == any_peer); a buffer of at least
@@ -590,9 +606,11 @@ class fabric_endpoint final : public endpoint {
   }
 
   /// Sleeps until a completion may be ready or `deadline`: on the CQ's fd
-  /// after fi_trywait(3) says it is safe to block, otherwise with a backoff
-  /// that yields a few times and then sleeps in doubling steps of up to
-  /// 200 us, so ranks that outnumber cores do not burn them.
+  /// after fi_trywait(3) says it is safe to block; on shm after polling for
+  /// options.poll_before_sleep, on the doorbell peers ring (doorbell.hpp, at
+  /// most 1 ms at a time); otherwise with a backoff that yields a few times
+  /// and then sleeps in doubling steps of up to 200 us, so ranks that
+  /// outnumber cores do not burn them.
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     using namespace std::chrono;
     if (!stash_.empty() || !ep_ || abandoned_) return;
@@ -610,6 +628,20 @@ class fabric_endpoint final : public endpoint {
         return;
       }
       // Any other fi_trywait failure: fall back to polling below.
+    }
+    if (own_bell_.words) {  // shm: poll briefly, then sleep until a peer rings (doorbell.hpp)
+      const auto spin_until = std::min(deadline, steady_clock::now() + opts_.poll_before_sleep);
+      do {
+        if (stash_cq() > 0) return;
+        ::sched_yield();
+      } while (steady_clock::now() < spin_until);
+      const auto left = deadline - steady_clock::now();
+      if (left <= nanoseconds::zero()) return;
+      // The bound only matters should an event come without a ring.
+      const auto how =
+          own_bell_.sleep([&] { return stash_cq() > 0; }, duration_cast<nanoseconds>(std::min<nanoseconds>(left, milliseconds(1))));
+      if (how == detail::doorbell::woken::rung) ++doorbell_wakeups_;
+      return;
     }
     while (steady_clock::now() < deadline) {
       if (stash_cq() > 0) {
@@ -866,20 +898,29 @@ class fabric_endpoint final : public endpoint {
                                     " fi_addr " + std::to_string(addr));
       }
     }
-    setup_rendezvous(exchange);
+    setup_shm_peers(exchange);
   }
 
-  /// On shm, decides per peer whether large sends take the single-copy
-  /// rendezvous: every rank publishes its pid and the address of a probe
-  /// word, reads every peer's word with process_vm_readv (refused when
-  /// ptrace rules, seccomp or a different user forbid it), and publishes
-  /// which peers it could read; a send to peer p uses the rendezvous when p
-  /// could read this rank. Every shm rank takes both rounds.
-  void setup_rendezvous(const address_exchange& exchange) {
-    rendezvous_peers_.assign(static_cast<std::size_t>(world_size_), 0);
+  /// On shm, sets up what pdcoll adds to the provider, per peer: the
+  /// single-copy rendezvous (see the file comment) and the doorbells that
+  /// let an idle rank sleep (see wait()). Round one: every rank publishes
+  /// its pid, the address of a probe word and of its rendezvous table, and
+  /// the name of its doorbell; every rank reads each peer's probe word with
+  /// process_vm_readv (refused when ptrace rules, seccomp or a different
+  /// user forbid it) and maps each peer's doorbell. Round two: every rank
+  /// publishes, per peer, whether both worked; a send to peer p uses the
+  /// rendezvous when p could read this rank, and this rank sleeps on its
+  /// doorbell only when every peer can ring it. Every shm rank takes both
+  /// rounds, whatever its options.
+  void setup_shm_peers(const address_exchange& exchange) {
+    const auto n = static_cast<std::size_t>(world_size_);
+    rendezvous_peers_.assign(n, 0);
     rendezvous_threshold_ = SIZE_MAX;
     if (provider_ != "shm") return;
-    std::size_t threshold = std::size_t{16} << 10;
+    // Default: every message above the provider's inject size, so that every
+    // message the provider moves itself completes when it is posted and each
+    // event a sleeping peer waits for comes with a doorbell ring.
+    std::size_t threshold = info_->tx_attr->inject_size + 1;
     if (opts_.rendezvous_threshold) {
       threshold = *opts_.rendezvous_threshold;
     } else if (const char* env = std::getenv("PDCOLL_SHM_RENDEZVOUS"); env && *env) {
@@ -888,41 +929,47 @@ class fabric_endpoint final : public endpoint {
     // With FI_HMEM a buffer may be device memory that process_vm_readv cannot reach.
     const bool willing = threshold != 0 && !has_hmem_ && cq_data_bits_ >= 64;
     if (willing) {
-      rendezvous_table_.assign(static_cast<std::size_t>(world_size_) * detail::rendezvous_slots, {});
+      rendezvous_table_.assign(n * detail::rendezvous_slots, {});
       rendezvous_busy_.assign(rendezvous_table_.size(), 0);
     }
-    const std::string mine =
-        willing ? std::to_string(::getpid()) + " " + std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) +
-                      " " + std::to_string(reinterpret_cast<std::uintptr_t>(rendezvous_table_.data()))
-                : std::string("-");
+    own_bell_.create(opts_.use_wait_fd);
+    const std::string mine = std::to_string(::getpid()) + " " +
+                             std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
+                             std::to_string(reinterpret_cast<std::uintptr_t>(rendezvous_table_.data())) + " " +
+                             (own_bell_.name.empty() ? std::string("-") : own_bell_.name);
     const auto probes = exchange(mine);
-    peer_tables_.assign(static_cast<std::size_t>(world_size_), {});
-    std::string readable(static_cast<std::size_t>(world_size_), '0');
-    for (int p = 0; p < world_size_ && probes.size() == static_cast<std::size_t>(world_size_); ++p) {
+    peer_tables_.assign(n, {});
+    peer_bells_.clear();
+    peer_bells_.resize(n);
+    std::string verdict(n, '0');  // per peer: bit 0 its memory is readable, bit 1 its doorbell is mapped
+    for (std::size_t p = 0; p < n && probes.size() == n; ++p) {
       unsigned long long pid = 0, address = 0, table = 0;
-      if (!willing || std::sscanf(probes[static_cast<std::size_t>(p)].c_str(), "%llu %llu %llu", &pid, &address,
-                                  &table) != 3)
-        continue;
+      char bell[128] = {};
+      if (std::sscanf(probes[p].c_str(), "%llu %llu %llu %127s", &pid, &address, &table, bell) != 4) continue;
+      int bits = 0;
       std::uint64_t word = 0;
       iovec local{&word, sizeof word};
       iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), sizeof word};
-      if (::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof word &&
+      if (willing && table && ::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof word &&
           word == probe_value) {
-        readable[static_cast<std::size_t>(p)] = '1';
-        peer_tables_[static_cast<std::size_t>(p)] = {static_cast<pid_t>(pid), table};
+        bits |= 1;
+        peer_tables_[p] = {static_cast<pid_t>(pid), table};
       }
+      if (static_cast<int>(p) == rank_ ? own_bell_.words != nullptr : peer_bells_[p].open(bell)) bits |= 2;
+      verdict[p] = static_cast<char>('0' + bits);
     }
-    const auto verdicts = exchange(readable);
-    if (verdicts.size() != static_cast<std::size_t>(world_size_)) return;
-    bool any = false;
-    for (int p = 0; p < world_size_; ++p) {
-      const auto& v = verdicts[static_cast<std::size_t>(p)];
-      const bool ok = willing && v.size() == static_cast<std::size_t>(world_size_) &&
-                      v[static_cast<std::size_t>(rank_)] == '1';
-      rendezvous_peers_[static_cast<std::size_t>(p)] = ok;
-      any = any || ok;
+    const auto verdicts = exchange(verdict);
+    own_bell_.unlink();  // every peer that could map it has
+    bool any = false, all_ring = own_bell_.words != nullptr;
+    for (std::size_t p = 0; p < n; ++p) {
+      const auto& v = verdicts.size() == n ? verdicts[p] : std::string();
+      const int bits = v.size() == n ? v[static_cast<std::size_t>(rank_)] - '0' : 0;
+      rendezvous_peers_[p] = willing && (bits & 1);
+      any = any || rendezvous_peers_[p];
+      all_ring = all_ring && (bits & 2);
     }
     if (any) rendezvous_threshold_ = threshold;
+    if (!all_ring) own_bell_.close();  // some peer cannot ring it: wait() backs off instead
   }
 
   void close_objects() noexcept {
@@ -1235,6 +1282,9 @@ class fabric_endpoint final : public endpoint {
     std::uint64_t table = 0;  // address of the peer's rendezvous_table_ in its memory
   };
   std::vector<peer_table> peer_tables_;
+  std::uint64_t doorbell_wakeups_ = 0;
+  detail::doorbell own_bell_;                 // shm: this rank sleeps on it (mapped only if every peer can ring)
+  std::vector<detail::doorbell> peer_bells_;  // shm: rung after posting to a peer
   bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
   std::vector<detail::cq_event> stash_;
   std::unordered_set<fid_mr*> live_registrations_;
