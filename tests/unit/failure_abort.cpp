@@ -195,3 +195,41 @@ TEST_CASE("a closed inproc endpoint cancels its posted receives and refuses post
   peer->progress();
   CHECK(s.error == pdcoll::errc::peer_lost);
 }
+
+TEST_CASE("different collectives fail fast with collective_mismatch, or time out when verification is off") {
+  for (bool verify : {true, false}) {
+    CAPTURE(verify);
+    auto options = short_timeout(verify ? 5000ms : 300ms);
+    options.verify_collectives = verify;
+    pdcoll::testing::wrapped_world world(2, [](int) { return pdcoll::testing::endpoint_faults{}; }, options);
+    // Same collectives on both ranks: correct either way.
+    std::error_code same[2];
+    std::vector<int> sums[2] = {std::vector<int>(100, 1), std::vector<int>(100, 2)};
+    {
+      std::thread t([&] { same[1] = outcome(pdcoll::all_reduce(*world.comms[1], sums[1])); });
+      same[0] = outcome(pdcoll::all_reduce(*world.comms[0], sums[0]));
+      t.join();
+    }
+    CHECK(!same[0]);
+    CHECK(!same[1]);
+    CHECK(sums[0][99] == 3);
+    CHECK(sums[1][0] == 3);
+    // Rank 0 broadcasts while rank 1 all-reduces: no message of one matches the other.
+    std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+    std::error_code ec[2];
+    const auto start = clock_type::now();
+    {
+      std::thread t([&] { ec[1] = outcome(pdcoll::all_reduce<pdcoll::algo::recursive_doubling>(*world.comms[1], b)); });
+      ec[0] = outcome(pdcoll::broadcast(*world.comms[0], a, 1));
+      t.join();
+    }
+    if (verify) {
+      CHECK(ec[0] == pdcoll::errc::collective_mismatch);
+      CHECK(ec[1] == pdcoll::errc::collective_mismatch);
+      CHECK(ms_since(start) < 5000);
+    } else {
+      CHECK(ec[0] == pdcoll::errc::timeout);
+      CHECK(ec[1] == pdcoll::errc::timeout);
+    }
+  }
+}
