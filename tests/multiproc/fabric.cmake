@@ -15,6 +15,7 @@ set(PDCOLL_FABRIC_CASES
   "cancel_truncate|truncation is collective_mismatch*"
   "rendezvous|large messages take the single-copy rendezvous*"
   "doorbell|an idle shm rank sleeps on its doorbell*"
+  "eagain|sends beyond the provider's queue are queued*"
   "peer_killed|a receive from a peer killed*"
   "latency|8-byte ping-pong latency*")
 foreach(provider shm tcp)

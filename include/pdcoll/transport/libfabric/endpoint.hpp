@@ -43,8 +43,15 @@
 //
 // Performance: a send or receive shorter than the chunk size is one fi_tsend /
 // fi_trecv and no allocation. Split messages allocate one small record and
-// move one chunk at a time. -FI_EAGAIN on post drives the CQ (stashing the
-// entries for the next progress()) and retries until options.post_timeout.
+// move one chunk at a time. A caller's post that meets -FI_EAGAIN (the
+// peer's queue or the provider's credits are full; for receives also shm's
+// -FI_ENOMEM, its own receive queue full) is queued, and so is every post of
+// its kind (sends, receives) after it until the queue drains, which keeps
+// the posting order; progress() retries the queues, so the caller (and the
+// communicator's lock) never waits for room. Posts the transport makes
+// itself from progress() (split chunks, rendezvous answers) retry in place,
+// bounded by options.post_timeout, stashing CQ entries for the next
+// progress() meanwhile.
 //
 // libfabric's own MR cache: pdcoll caches registrations itself
 // (registration/), so two caches would hold pins the other cannot see.
@@ -72,6 +79,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -124,13 +132,13 @@ struct options {
   bool use_wait_fd = true;
   /// How long wait() polls on shm before it sleeps on the doorbell.
   std::chrono::microseconds poll_before_sleep{20};
-  /// Bound on retrying a post that returns -FI_EAGAIN; then errc::peer_lost.
-  /// The post blocks its caller (and the communicator's lock) meanwhile, so
-  /// it is short: a peer that accepts nothing for this long is dead or stuck
-  /// (shm and tcp;ofi_rxm answer -FI_EAGAIN for a peer killed with queued
-  /// messages, and rxm then for every peer: its transmit credits are shared),
-  /// and further posts give up after stalled_post_timeout until an operation
-  /// completes successfully again.
+  /// How long a post may meet -FI_EAGAIN before it ends with
+  /// errc::peer_lost: a queued post (see the file comment) completes with it,
+  /// an internal retry returns it. A peer that accepts nothing for this long
+  /// is dead or stuck (shm and tcp;ofi_rxm answer -FI_EAGAIN for a peer
+  /// killed with queued messages, and rxm then for every peer: its transmit
+  /// credits are shared), and internal retries then give up after
+  /// stalled_post_timeout until an operation completes successfully again.
   std::chrono::milliseconds post_timeout{500};
   /// Bound for posts while the endpoint is stalled (a post timed out).
   std::chrono::milliseconds stalled_post_timeout{10};
@@ -200,6 +208,20 @@ inline constexpr std::uint64_t state_receive = 1u << 1;
 inline constexpr std::uint64_t state_cancel_requested = 1u << 2;
 inline constexpr std::uint64_t state_split = 1u << 3;  // transport_state[1] holds a split_transfer*
 inline constexpr std::uint64_t state_rendezvous = 1u << 4;  // a send waiting for its finish message
+inline constexpr std::uint64_t state_deferred = 1u << 5;    // queued after -FI_EAGAIN, not yet with the provider
+
+/// A post that met -FI_EAGAIN, kept for progress() to retry (see defer()).
+struct deferred_post {
+  bool receive = false;
+  int peer = 0;
+  void* buffer = nullptr;
+  std::size_t length = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t ignore = 0;
+  void* descriptor = nullptr;
+  completion_context* ctx = nullptr;
+  std::chrono::steady_clock::time_point since;
+};
 
 /// Remote CQ data of a ready-to-send record: this flag, the sender's rank in
 /// bits 40..62, a per-peer cookie in bits 0..39.
@@ -333,6 +355,10 @@ class fabric_endpoint final : public endpoint {
   const std::string& provider() const noexcept { return provider_; }
   /// The largest message sent without splitting.
   std::size_t chunk_bytes() const noexcept { return chunk_; }
+  /// Posts queued behind -FI_EAGAIN so far (see the file comment).
+  std::uint64_t deferred_posts() const noexcept { return deferred_total_; }
+  /// Posts waiting in that queue now.
+  std::size_t deferred_now() const noexcept { return deferred_[0].size() + deferred_[1].size(); }
   /// Whether wait() sleeps on a doorbell that peers ring (shm).
   bool has_doorbell() const noexcept { return own_bell_.words != nullptr; }
   /// Sleeps on the doorbell that a peer's ring ended.
@@ -352,19 +378,37 @@ class fabric_endpoint final : public endpoint {
   /// Number of posted operations whose completion has not been delivered.
   std::size_t outstanding() const noexcept { return outstanding_count_; }
 
-  /// Posts fi_tsend (or the first chunk of a split message). Errors, with
+  /// Posts fi_tsend (or the first chunk of a split message, or a rendezvous
+  /// notice), or queues it behind -FI_EAGAIN (see the file comment; it then
+  /// completes with peer_lost after options.post_timeout). Errors, with
   /// nothing posted: root_out_of_range, invalid_argument (no context or
   /// callback, reserved tag bits), null_buffer, aborted (endpoint closing),
-  /// peer_lost (-FI_EAGAIN past options.post_timeout), or a libfabric error.
+  /// or a libfabric error.
   std::error_code post_send(int peer, const void* buffer, std::size_t length, std::uint64_t tag,
                             void* descriptor, completion_context* ctx) noexcept override {
     if (auto ec = check_post(peer, buffer, length, tag, ctx, /*receive=*/false)) return ec;
+    if (deferred_[0].empty()) {
+      bool again = false;
+      if (auto ec = start_send(peer, buffer, length, tag, descriptor, ctx, again)) return ec;
+      if (!again) {
+        link(ctx);
+        return {};
+      }
+    }
+    return defer(detail::deferred_post{false, peer, const_cast<void*>(buffer), length, tag, 0, descriptor, ctx,
+                                       std::chrono::steady_clock::now()});
+  }
+
+  /// Posts a send's first message; `again` (nothing posted) on -FI_EAGAIN.
+  /// Sets the context's state but does not link it.
+  std::error_code start_send(int peer, const void* buffer, std::size_t length, std::uint64_t tag, void* descriptor,
+                             completion_context* ctx, bool& again) noexcept {
     auto* bytes = static_cast<const std::byte*>(buffer);
     ctx->transport_state[0] = peer_bits(peer);
     ctx->transport_state[1] = 0;
     if (length >= rendezvous_threshold_ && length < chunk_ && rendezvous_peers_[static_cast<std::size_t>(peer)]) {
       std::error_code ec;
-      if (post_rendezvous_send(peer, bytes, length, tag, ctx, ec)) return ec;
+      if (post_rendezvous_send(peer, bytes, length, tag, ctx, ec, again)) return ec;
     }
     if (length >= chunk_) {
       if (cq_data_bits_ == 0) return make_error_code(errc::invalid_argument);
@@ -377,34 +421,33 @@ class fabric_endpoint final : public endpoint {
       split->sequence = next_sequence(peer);
       split->descriptor = descriptor;
       split->peer = peer;
-      auto ec = retry_post(peer, [&] {
-        return ::fi_tsenddata(ep_, bytes, chunk_, descriptor, split->sequence,
-                              static_cast<fi_addr_t>(peer), tag, ctx);
+      auto ec = first_post(again, [&] {
+        return ::fi_tsenddata(ep_, bytes, chunk_, descriptor, split->sequence, static_cast<fi_addr_t>(peer), tag, ctx);
       });
-      if (ec) {
+      if (ec || again) {
         delete split;
         return ec;
       }
       ctx->transport_state[0] |= detail::state_split;
       ctx->transport_state[1] = reinterpret_cast<std::uintptr_t>(split);
     } else {
-      auto ec = retry_post(peer, [&] {
+      auto ec = first_post(again, [&] {
         return ::fi_tsend(ep_, bytes, length, descriptor, static_cast<fi_addr_t>(peer), tag, ctx);
       });
-      if (ec) return ec;
+      if (ec || again) return ec;
       ring(peer);
       // fi_cq(3): `len` is only defined for receives, so a send remembers its own.
       ctx->transport_state[1] = length;
     }
-    link(ctx);
     return {};
   }
 
   /// The send side of the single-copy rendezvous: fills the table slot,
   /// posts the notice, then the receive for the finish message with the
-  /// caller's context. Returns false (nothing posted) when the slot is busy.
+  /// caller's context. Returns false (nothing posted) when the slot is busy;
+  /// `again` when the notice met -FI_EAGAIN (nothing posted either).
   bool post_rendezvous_send(int peer, const std::byte* bytes, std::size_t length, std::uint64_t tag,
-                            completion_context* ctx, std::error_code& ec) noexcept {
+                            completion_context* ctx, std::error_code& ec, bool& again) noexcept {
     const std::uint64_t cookie = next_sequence(peer) & detail::rendezvous_cookie_mask;
     const std::size_t slot = static_cast<std::size_t>(peer) * detail::rendezvous_slots +
                              static_cast<std::size_t>(cookie % detail::rendezvous_slots);
@@ -412,8 +455,8 @@ class fabric_endpoint final : public endpoint {
     rendezvous_table_[slot] = detail::rendezvous_record{reinterpret_cast<std::uintptr_t>(bytes), length, cookie};
     const auto to = static_cast<fi_addr_t>(peer);
     const std::uint64_t data = detail::rendezvous_flag | (static_cast<std::uint64_t>(rank_) << 40) | cookie;
-    ec = retry_post(peer, [&] { return ::fi_tinjectdata(ep_, nullptr, 0, data, to, tag); });
-    if (ec) return true;  // nothing went out
+    ec = first_post(again, [&] { return ::fi_tinjectdata(ep_, nullptr, 0, data, to, tag); });
+    if (ec || again) return true;  // nothing went out
     ring(peer);
     rendezvous_busy_[slot] = 1;
     // A finish that arrives before this receive waits in the provider's
@@ -428,7 +471,6 @@ class fabric_endpoint final : public endpoint {
     ctx->transport_state[0] |= detail::state_rendezvous;
     ctx->transport_state[1] = length;
     ctx->transport_state[4] = slot;
-    link(ctx);
     return true;
   }
 
@@ -503,6 +545,22 @@ class fabric_endpoint final : public endpoint {
                             completion_context* ctx) noexcept override {
     if (auto ec = check_post(peer, buffer, length, tag, ctx, /*receive=*/true)) return ec;
     ignore &= ~reserved_tag_bits;
+    if (deferred_[1].empty()) {
+      bool again = false;
+      if (auto ec = start_recv(peer, buffer, length, tag, ignore, descriptor, ctx, again)) return ec;
+      if (!again) {
+        link(ctx);
+        return {};
+      }
+    }
+    return defer(detail::deferred_post{true, peer, buffer, length, tag, ignore, descriptor, ctx,
+                                       std::chrono::steady_clock::now()});
+  }
+
+  /// Posts a receive (its first chunk when split); `again` (nothing posted)
+  /// on -FI_EAGAIN. Sets the context's state but does not link it.
+  std::error_code start_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag, std::uint64_t ignore,
+                             void* descriptor, completion_context* ctx, bool& again) noexcept {
     const fi_addr_t source = peer == any_peer ? FI_ADDR_UNSPEC : static_cast<fi_addr_t>(peer);
     ctx->transport_state[0] = peer_bits(peer) | detail::state_receive;
     ctx->transport_state[1] = 0;
@@ -519,9 +577,12 @@ class fabric_endpoint final : public endpoint {
       split->descriptor = descriptor;
       split->peer = peer;
     }
-    auto ec = retry_post(peer,
-        [&] { return ::fi_trecv(ep_, buffer, first, descriptor, source, tag, ignore, ctx); });
-    if (ec) {
+    auto ec = first_post(again, [&] { return ::fi_trecv(ep_, buffer, first, descriptor, source, tag, ignore, ctx); });
+    if (ec == std::errc::not_enough_memory) {  // shm: its receive queue is full until receives complete
+      ec = {};
+      again = true;
+    }
+    if (ec || again) {
       delete split;
       return ec;
     }
@@ -529,8 +590,89 @@ class fabric_endpoint final : public endpoint {
       ctx->transport_state[0] |= detail::state_split;
       ctx->transport_state[1] = reinterpret_cast<std::uintptr_t>(split);
     }
-    link(ctx);
     return {};
+  }
+
+  /// Queues a post that met -FI_EAGAIN (or arrived while others of its kind
+  /// wait, which keeps the posting order of sends and of receives);
+  /// progress() retries the queues in order.
+  std::error_code defer(const detail::deferred_post& post) noexcept {
+    try {
+      deferred_[post.receive].push_back(post);
+    } catch (...) {
+      return std::make_error_code(std::errc::not_enough_memory);
+    }
+    post.ctx->transport_state[0] =
+        peer_bits(post.peer) | (post.receive ? detail::state_receive : 0) | detail::state_deferred;
+    link(post.ctx);
+    ++deferred_total_;
+    return {};
+  }
+
+  /// Retries the deferred posts in order until one meets -FI_EAGAIN again.
+  /// Cancelled ones end with operation_canceled; a send that waited longer
+  /// than options.post_timeout ends with peer_lost (its peer accepts
+  /// nothing). A receive waits for room in this rank's own queue, which
+  /// frees as earlier receives complete, so only its operation's deadline
+  /// bounds it. Returns the operations it ended.
+  std::size_t flush_deferred() noexcept {
+    std::size_t ended = 0;
+    for (auto& queue : deferred_) {
+      if (queue.empty()) continue;
+      std::vector<completion_context*> cancelled;
+      for (auto it = queue.begin(); it != queue.end();) {
+        if (it->ctx->transport_state[0] & detail::state_cancel_requested) {
+          try {
+            cancelled.push_back(it->ctx);
+          } catch (...) {
+            ++it;
+            continue;
+          }
+          it = queue.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (auto* ctx : cancelled) {
+        finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, posted_peer(ctx)});
+        ++ended;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      while (!queue.empty()) {
+        const detail::deferred_post d = queue.front();
+        if (!d.receive && now - d.since > opts_.post_timeout) {
+          queue.pop_front();
+          stalled_ = true;
+          finish(d.ctx, completion{make_error_code(errc::peer_lost), 0, 0, d.peer});
+          ++ended;
+          continue;
+        }
+        bool again = false;
+        const std::error_code ec =
+            d.receive ? start_recv(d.peer, d.buffer, d.length, d.tag, d.ignore, d.descriptor, d.ctx, again)
+                      : start_send(d.peer, d.buffer, d.length, d.tag, d.descriptor, d.ctx, again);
+        // start_* rewrote the flags; the context is still linked.
+        d.ctx->transport_state[0] |= detail::state_outstanding;
+        if (!ec && again) {
+          d.ctx->transport_state[0] |= detail::state_deferred;
+          break;
+        }
+        queue.pop_front();
+        if (ec) {
+          finish(d.ctx, completion{ec, 0, 0, d.peer});
+          ++ended;
+        }
+      }
+    }
+    return ended;
+  }
+
+  /// One post attempt: -FI_EAGAIN sets `again` (not an error).
+  template <class Post>
+  std::error_code first_post(bool& again, Post&& post) noexcept {
+    const ssize_t rc = post();
+    again = rc == -FI_EAGAIN;
+    return rc == 0 || again ? std::error_code{} : make_fabric_error(rc);
   }
 
   /// fi_cancel(3) on the operation's chunk in flight. A cancelled operation
@@ -584,6 +726,8 @@ class fabric_endpoint final : public endpoint {
       for (auto& e : events) ran += dispatch(e);
     }
     if (!ep_ || abandoned_) {
+      deferred_[0].clear();
+      deferred_[1].clear();
       while (auto* ctx = outstanding_head_) {
         finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, posted_peer(ctx)});
         ++ran;
@@ -601,6 +745,7 @@ class fabric_endpoint final : public endpoint {
       for (std::size_t i = 0; i < n; ++i) ran += dispatch(batch[i]);
       if (n < 16) break;
     }
+    ran += flush_deferred();
     if (ran) idle_rounds_ = 0;
     return ran;
   }
@@ -614,6 +759,10 @@ class fabric_endpoint final : public endpoint {
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     using namespace std::chrono;
     if (!stash_.empty() || !ep_ || abandoned_) return;
+    if (!deferred_[0].empty()) {  // sends wait for room at a peer: back to progress() soon
+      ::sched_yield();
+      return;
+    }
     if (wait_fd_ >= 0) {
       fid* cq_fid = &cq_->fid;
       const int rc = ::fi_trywait(fabric_, &cq_fid, 1);
@@ -1193,7 +1342,7 @@ class fabric_endpoint final : public endpoint {
     ctx->transport_state[0] |= detail::state_cancel_requested;
     // The receiver may be reading a rendezvous send's buffer right now: only
     // its finish message (or close()) ends it.
-    if (ctx->transport_state[0] & detail::state_rendezvous) return;
+    if (ctx->transport_state[0] & (detail::state_rendezvous | detail::state_deferred)) return;  // deferred: flush_deferred ends it
     // fi_cancel(3): the operation completes with FI_ECANCELED if it was still
     // queued; otherwise its normal completion stands.
     if (ep_) ::fi_cancel(&ep_->fid, ctx);
@@ -1287,6 +1436,8 @@ class fabric_endpoint final : public endpoint {
   std::vector<detail::doorbell> peer_bells_;  // shm: rung after posting to a peer
   bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
   std::vector<detail::cq_event> stash_;
+  std::deque<detail::deferred_post> deferred_[2];  // [receive]: posts that met -FI_EAGAIN, in posting order
+  std::uint64_t deferred_total_ = 0;
   std::unordered_set<fid_mr*> live_registrations_;
   completion_context* outstanding_head_ = nullptr;
   std::size_t outstanding_count_ = 0;
