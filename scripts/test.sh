@@ -18,9 +18,9 @@ cmake --build --preset asan -j "$jobs"
 # regression fails every attempt; ctest prints each failed attempt.
 ctest --preset asan -j "$jobs" --timeout 900 --repeat until-pass:3
 
-echo "== ThreadSanitizer build: progress engine, cancellation, stop tokens, registration cache"
+echo "== ThreadSanitizer build: progress engine, cancellation, stop tokens, registration cache, aborts, send/recv"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs" --target test_exec test_registration test_collectives test_bootstrap multiproc_bootstrap
+cmake --build --preset tsan -j "$jobs" --target test_exec test_registration test_collectives test_bootstrap test_failure test_p2p multiproc_bootstrap
 ctest --preset tsan -j "$jobs" --timeout 900
 
 echo "== Conan 2 package: conan create (offline) and its test_package"

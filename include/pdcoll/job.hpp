@@ -32,6 +32,10 @@ struct job_options {
   std::string provider;
   /// The communicator's options (timeout, progress thread, registration cache).
   communicator_options communicator;
+  /// io_uring transport: payloads of at least this many bytes go out as
+  /// zero-copy sends, from registered buffers where they lie in one
+  /// (PDCOLL_URING_ZERO_COPY_BYTES; default 0, off: see uring_tcp/options.hpp).
+  std::size_t uring_zero_copy_bytes = std::strtoull(env_or("PDCOLL_URING_ZERO_COPY_BYTES", "0").c_str(), nullptr, 10);
 
   /// The variable's value, or `fallback` when unset or empty.
   static std::string env_or(const char* name, const char* fallback) {
@@ -69,6 +73,7 @@ class job {
       transport::uring_tcp::options o;
       o.token = info.token;
       o.timeout = info.timeout;
+      o.zero_copy_threshold = options.uring_zero_copy_bytes;
       ep = transport::uring_tcp::make_endpoint(info.rank, info.world_size, exchange, o);
     } else {
       throw std::system_error(make_error_code(errc::invalid_argument),
