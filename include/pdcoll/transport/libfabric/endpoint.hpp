@@ -130,7 +130,7 @@ struct options {
   /// Use a FI_WAIT_FD completion queue for wait() when the provider has one,
   /// and on shm (which has none) a doorbell in shared memory that peers ring.
   bool use_wait_fd = true;
-  /// How long wait() polls on shm before it sleeps on the doorbell.
+  /// How long wait() polls before it sleeps (on the CQ's fd, or on shm's doorbell).
   std::chrono::microseconds poll_before_sleep{20};
   /// How long a post may meet -FI_EAGAIN before it ends with
   /// errc::peer_lost: a queued post (see the file comment) completes with it,
@@ -750,10 +750,10 @@ class fabric_endpoint final : public endpoint {
     return ran;
   }
 
-  /// Sleeps until a completion may be ready or `deadline`: on the CQ's fd
-  /// after fi_trywait(3) says it is safe to block; on shm after polling for
-  /// options.poll_before_sleep, on the doorbell peers ring (doorbell.hpp, at
-  /// most 1 ms at a time); otherwise with a backoff that yields a few times
+  /// Sleeps until a completion may be ready or `deadline`, after polling for
+  /// options.poll_before_sleep: on the CQ's fd once fi_trywait(3) says it is
+  /// safe to block; on shm on the doorbell peers ring (doorbell.hpp, at most
+  /// 1 ms at a time); otherwise with a backoff that yields a few times
   /// and then sleeps in doubling steps of up to 200 us, so ranks that
   /// outnumber cores do not burn them.
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
@@ -764,6 +764,13 @@ class fabric_endpoint final : public endpoint {
       return;
     }
     if (wait_fd_ >= 0) {
+      // Poll briefly first: a reply due within microseconds costs less than
+      // a sleep and a wake-up through the fd.
+      const auto spin_until = std::min(deadline, steady_clock::now() + opts_.poll_before_sleep);
+      while (steady_clock::now() < spin_until) {
+        if (stash_cq() > 0) return;
+        ::sched_yield();
+      }
       fid* cq_fid = &cq_->fid;
       const int rc = ::fi_trywait(fabric_, &cq_fid, 1);
       if (rc == -FI_EAGAIN) return;  // fi_trywait(3): completions are ready, do not block

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <liburing.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -92,6 +93,7 @@ class tcp_endpoint final : public transport::endpoint {
       : rank_(rank),
         world_size_(world_size),
         zero_copy_threshold_(opts.zero_copy_threshold),
+        poll_before_sleep_(opts.poll_before_sleep),
         fixed_(opts.fixed_buffer_slots, opts.fixed_buffer_bytes) {
     std::size_t staging = std::max<std::size_t>(opts.staging_bytes, 4096);
     in_place_threshold_ = staging / 4;
@@ -322,6 +324,16 @@ class tcp_endpoint final : public transport::endpoint {
       if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
       return;
     }
+    // Poll the completion ring briefly (no system call) before sleeping: a
+    // reply due within microseconds costs less than a sleep and a wake-up.
+    if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+    const auto spin_until = std::min(deadline, now + poll_before_sleep_);
+    while (now < spin_until) {
+      if (io_uring_cq_ready(&ring_) > 0) return;
+      ::sched_yield();
+      now = std::chrono::steady_clock::now();
+    }
+    if (deadline <= now) return;
     auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
     __kernel_timespec ts{left / 1'000'000'000, left % 1'000'000'000};
     io_uring_cqe* cqe = nullptr;
@@ -996,6 +1008,7 @@ class tcp_endpoint final : public transport::endpoint {
   bool zero_copy_supported_ = false;
   bool send_zc_supported_ = false;
   std::size_t zero_copy_threshold_;
+  std::chrono::microseconds poll_before_sleep_;
   detail::fixed_buffer_table fixed_;  ///< registered buffers (filled by register_region)
   std::size_t in_place_threshold_ = 16 * 1024;
   std::vector<std::unique_ptr<peer_link>> peers_;
