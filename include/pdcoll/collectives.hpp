@@ -101,14 +101,26 @@ domain_access make_domain_access(Domain* domain) noexcept {
   if constexpr (!std::is_same_v<Domain, memory::host>) {
     a.domain = domain;
     a.reduces_on_device = domain ? domain->reduces_on_device() : true;
+    // Scratch comes from the domain's scratch cache when it has one
+    // (memory/scratch_cache.hpp): device allocation per collective is costly.
     a.allocate = [](void* d, std::size_t bytes, transport::memory_region& region) -> void* {
-      auto* buffer = new auto(static_cast<Domain*>(d)->template allocate<std::byte>(bytes));
-      region = memory::detail::fabric_region(buffer->view());
-      return buffer;
+      auto* dom = static_cast<Domain*>(d);
+      auto fresh = [dom](std::size_t n) { return dom->template allocate<std::byte>(n); };
+      void* handle = nullptr;
+      if constexpr (requires { dom->scratch(); }) {
+        handle = new auto(dom->scratch().take(bytes, fresh));
+      } else {
+        handle = new auto(fresh(bytes));
+      }
+      using buffer_type = decltype(fresh(bytes));
+      region = memory::detail::fabric_region(static_cast<buffer_type*>(handle)->view());
+      return handle;
     };
-    a.deallocate = [](void*, void* handle) noexcept {
+    a.deallocate = [](void* d, void* handle) noexcept {
       using buffer_type = decltype(std::declval<Domain&>().template allocate<std::byte>(1));
-      delete static_cast<buffer_type*>(handle);
+      auto* buffer = static_cast<buffer_type*>(handle);
+      if constexpr (requires(Domain* dom) { dom->scratch(); }) static_cast<Domain*>(d)->scratch().give(std::move(*buffer));
+      delete buffer;
     };
     a.to_host = [](void* d, std::uint64_t address, void* dst, std::size_t bytes) {
       auto* dom = static_cast<Domain*>(d);

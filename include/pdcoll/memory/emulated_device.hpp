@@ -16,6 +16,7 @@
 
 #include <pdcoll/memory/device_buffer.hpp>
 #include <pdcoll/memory/domain.hpp>
+#include <pdcoll/memory/scratch_cache.hpp>
 #include <pdcoll/memory/view.hpp>
 
 #include <atomic>
@@ -86,9 +87,13 @@ class emulated_device {
   /// Unmaps and closes the arena. Precondition: every buffer allocated from
   /// it is gone (their views and exported fds are invalid afterwards).
   ~emulated_device() {
+    scratch_.clear();
     ::munmap(mapping_, capacity_);
     ::close(fd_);
   }
+
+  /// Collectives' device scratch, kept between collectives (scratch_cache.hpp).
+  scratch_cache<emulated_device>& scratch() noexcept { return scratch_; }
 
   /// Arena size in bytes (whole pages).
   std::size_t capacity() const noexcept { return capacity_; }
@@ -271,6 +276,7 @@ class emulated_device {
   mutable std::atomic<std::uint64_t> h2d_bytes_{0};
   mutable std::atomic<std::uint64_t> h2d_calls_{0};
   detail::invalidation_hooks hooks_;
+  scratch_cache<emulated_device> scratch_;  // last: its blocks are freed before the rest goes
 };
 
 namespace detail {

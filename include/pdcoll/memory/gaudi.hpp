@@ -30,6 +30,7 @@
 
 #include <pdcoll/memory/device_buffer.hpp>
 #include <pdcoll/memory/domain.hpp>
+#include <pdcoll/memory/scratch_cache.hpp>
 #include <pdcoll/memory/gaudi_driver.hpp>
 #include <pdcoll/memory/view.hpp>
 
@@ -195,7 +196,12 @@ class gaudi {
   gaudi(const gaudi&) = delete;
   gaudi& operator=(const gaudi&) = delete;
   /// Closes the device. Precondition: every buffer allocated from it is gone.
-  ~gaudi() { driver_->close(fd_); }
+  ~gaudi() {
+    scratch_.clear();
+    driver_->close(fd_);
+  }
+  /// Collectives' device scratch, kept between collectives (scratch_cache.hpp).
+  scratch_cache<gaudi>& scratch() noexcept { return scratch_; }
 
   /// The device node this domain opened.
   const std::string& path() const noexcept { return path_; }
@@ -493,6 +499,7 @@ class gaudi {
   mutable std::atomic<std::uint64_t> h2d_bytes_{0};
   mutable std::atomic<std::uint64_t> h2d_calls_{0};
   detail::invalidation_hooks hooks_;
+  scratch_cache<gaudi> scratch_;  // last: its blocks are freed before the rest goes
 };
 
 static_assert(device_domain<gaudi>);
