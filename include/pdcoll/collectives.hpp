@@ -94,6 +94,10 @@ reduction_table make_plain_table() noexcept {  // for collectives that move data
   return t;
 }
 
+/// Whether the domain keeps collectives' scratch (memory/scratch_cache.hpp).
+template <class Domain>
+inline constexpr bool has_scratch_cache = requires(Domain& d) { d.scratch(); };
+
 template <class Domain>
 domain_access make_domain_access(Domain* domain) noexcept {
   domain_access a;
@@ -103,23 +107,19 @@ domain_access make_domain_access(Domain* domain) noexcept {
     a.reduces_on_device = domain ? domain->reduces_on_device() : true;
     // Scratch comes from the domain's scratch cache when it has one
     // (memory/scratch_cache.hpp): device allocation per collective is costly.
+    using buffer_type = decltype(std::declval<Domain&>().template allocate<std::byte>(1));
     a.allocate = [](void* d, std::size_t bytes, transport::memory_region& region) -> void* {
       auto* dom = static_cast<Domain*>(d);
       auto fresh = [dom](std::size_t n) { return dom->template allocate<std::byte>(n); };
-      void* handle = nullptr;
-      if constexpr (requires { dom->scratch(); }) {
-        handle = new auto(dom->scratch().take(bytes, fresh));
-      } else {
-        handle = new auto(fresh(bytes));
-      }
-      using buffer_type = decltype(fresh(bytes));
-      region = memory::detail::fabric_region(static_cast<buffer_type*>(handle)->view());
-      return handle;
+      buffer_type* buffer = nullptr;
+      if constexpr (has_scratch_cache<Domain>) buffer = new buffer_type(dom->scratch().take(bytes, fresh));
+      else buffer = new buffer_type(fresh(bytes));
+      region = memory::detail::fabric_region(buffer->view());
+      return buffer;
     };
     a.deallocate = [](void* d, void* handle) noexcept {
-      using buffer_type = decltype(std::declval<Domain&>().template allocate<std::byte>(1));
       auto* buffer = static_cast<buffer_type*>(handle);
-      if constexpr (requires(Domain* dom) { dom->scratch(); }) static_cast<Domain*>(d)->scratch().give(std::move(*buffer));
+      if constexpr (has_scratch_cache<Domain>) static_cast<Domain*>(d)->scratch().give(std::move(*buffer));
       delete buffer;
     };
     a.to_host = [](void* d, std::uint64_t address, void* dst, std::size_t bytes) {

@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
-#include <iterator>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -41,6 +40,20 @@ enum class collective_kind : std::uint8_t {
   all_to_all = 6,
   barrier = 7,
 };
+
+/// The collective's name in pdcoll's API ("all_reduce", ...).
+constexpr const char* name_of(collective_kind kind) noexcept {
+  switch (kind) {
+    case collective_kind::all_reduce: return "all_reduce";
+    case collective_kind::broadcast: return "broadcast";
+    case collective_kind::reduce: return "reduce";
+    case collective_kind::all_gather: return "all_gather";
+    case collective_kind::reduce_scatter: return "reduce_scatter";
+    case collective_kind::all_to_all: return "all_to_all";
+    case collective_kind::barrier: return "barrier";
+  }
+  return "unknown collective";
+}
 
 namespace detail {
 
@@ -174,12 +187,9 @@ class collective_op_base : public collective_context, public operation_base {
   }
 
   std::string describe() const override {
-    static constexpr const char* names[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather",
-                                            "reduce_scatter", "all_to_all", "barrier"};
-    const auto k = static_cast<std::size_t>(spec_.kind);
     std::string pending;
     for (auto* b = outstanding_; b; b = b->next_outstanding) b->describe_pending(pending);
-    return std::string(k < std::size(names) ? names[k] : "?") + " #" + std::to_string(seq_) + " (" +
+    return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" +
            std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
            (pending.empty() ? std::string() : ": " + pending);
   }

@@ -125,7 +125,8 @@ struct options {
   std::size_t max_message_size = 0;
   /// Messages of at least this many bytes take the single-copy rendezvous on
   /// shm (see the file comment); 0 turns it off. Unset: PDCOLL_SHM_RENDEZVOUS
-  /// (bytes; 0 = off) when set, else 16 KiB. Same on all ranks.
+  /// (bytes; 0 = off) when set, else one more than the provider's inject
+  /// size. Same on all ranks.
   std::optional<std::size_t> rendezvous_threshold;
   /// Use a FI_WAIT_FD completion queue for wait() when the provider has one,
   /// and on shm (which has none) a doorbell in shared memory that peers ring.
@@ -223,7 +224,7 @@ struct deferred_post {
   std::chrono::steady_clock::time_point since;
 };
 
-/// Remote CQ data of a ready-to-send record: this flag, the sender's rank in
+/// Remote CQ data of a rendezvous notice: this flag, the sender's rank in
 /// bits 40..62, a per-peer cookie in bits 0..39.
 inline constexpr std::uint64_t rendezvous_flag = std::uint64_t{1} << 63;
 inline constexpr std::uint64_t rendezvous_cookie_mask = (std::uint64_t{1} << 40) - 1;
@@ -764,13 +765,7 @@ class fabric_endpoint final : public endpoint {
       return;
     }
     if (wait_fd_ >= 0) {
-      // Poll briefly first: a reply due within microseconds costs less than
-      // a sleep and a wake-up through the fd.
-      const auto spin_until = std::min(deadline, steady_clock::now() + opts_.poll_before_sleep);
-      while (steady_clock::now() < spin_until) {
-        if (stash_cq() > 0) return;
-        ::sched_yield();
-      }
+      if (poll_briefly(deadline)) return;
       fid* cq_fid = &cq_->fid;
       const int rc = ::fi_trywait(fabric_, &cq_fid, 1);
       if (rc == -FI_EAGAIN) return;  // fi_trywait(3): completions are ready, do not block
@@ -786,11 +781,7 @@ class fabric_endpoint final : public endpoint {
       // Any other fi_trywait failure: fall back to polling below.
     }
     if (own_bell_.words) {  // shm: poll briefly, then sleep until a peer rings (doorbell.hpp)
-      const auto spin_until = std::min(deadline, steady_clock::now() + opts_.poll_before_sleep);
-      do {
-        if (stash_cq() > 0) return;
-        ::sched_yield();
-      } while (steady_clock::now() < spin_until);
+      if (poll_briefly(deadline)) return;
       const auto left = deadline - steady_clock::now();
       if (left <= nanoseconds::zero()) return;
       // The bound only matters should an event come without a ring.
@@ -814,6 +805,18 @@ class fabric_endpoint final : public endpoint {
         std::this_thread::sleep_for(std::min(step, left));
       }
     }
+  }
+
+  /// Polls the CQ for options.poll_before_sleep (or until `deadline`): a
+  /// completion due within microseconds costs less than a sleep and a
+  /// wake-up. True when one was read (stashed for progress()).
+  bool poll_briefly(std::chrono::steady_clock::time_point deadline) noexcept {
+    const auto until = std::min(deadline, std::chrono::steady_clock::now() + opts_.poll_before_sleep);
+    do {
+      if (stash_cq() > 0) return true;
+      ::sched_yield();
+    } while (std::chrono::steady_clock::now() < until);
+    return false;
   }
 
   /// host → host; emulated_device → dmabuf (FI_MR_DMABUF compiled in and
