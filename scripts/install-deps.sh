@@ -2,13 +2,13 @@
 # Installs what pdcoll needs on a fresh Debian 12 machine. Idempotent: when
 # everything is present it only checks and returns.
 #   scripts/install-deps.sh            core: compilers, cmake, libfabric, liburing, doctest, CLI11
-#   scripts/install-deps.sh --bench    plus the baselines (Open MPI, Gloo) and matplotlib for bench/compare.sh
+#   scripts/install-deps.sh --bench    plus the baselines (Open MPI, Gloo), iperf3 (TCP ceiling) and matplotlib for bench/compare.sh
 #   scripts/install-deps.sh --conan    plus Conan 2 from PyPI
 set -euo pipefail
 
 core=(g++ clang cmake make pkg-config python3 python3-pip libfabric-dev libfabric-bin liburing-dev
-      doctest-dev libcli11-dev libbenchmark-dev iproute2 libclang-rt-14-dev)
-bench=(libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib)
+      doctest-dev libcli11-dev libbenchmark-dev iproute2 ethtool libclang-rt-14-dev)
+bench=(libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib iperf3)
 want=("${core[@]}")
 want_conan=0
 for arg in "$@"; do
