@@ -4,10 +4,15 @@
 #   pdcoll      libfabric shm, libfabric tcp, io_uring tcp   (pdcoll-bench, algo automatic)
 #   Open MPI    shared memory (btl self,vader), TCP loopback (btl self,tcp, lo)
 #   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
+#   tcp-ceiling the TCP loopback ceiling: n concurrent iperf3 streams for n ranks
+#               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing
 # over 4 KiB .. 256 MiB (×4 steps by default), plus an 8-byte latency row per
 # library. Writes one CSV (library, transport, algorithm, ranks,
-# oversubscribed, bytes, time_us, busbw_GBps), a PNG (busbw vs size, one
-# panel per rank count) and a ratio table, all under --out.
+# oversubscribed, bytes, time_us, busbw_GBps; the ceiling as a flat series),
+# a PNG (busbw vs size, one panel per rank count, the ceiling a flat line), a
+# ratio table (pdcoll vs the best baseline, then every TCP series' busbw over
+# the ceiling) and the ceiling's per-stream figures (tcp_ceiling.csv), all
+# under --out.
 #
 #   bench/compare.sh                     # full sweep (tens of minutes on 2 cores)
 #   bench/compare.sh --max 16M --iters 5 # quick smoke
@@ -15,12 +20,15 @@
 # Options: --min BYTES (4K) --max BYTES (256M) --factor F (4) --iters N (10)
 # --warmup N (2) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
-# (build-bench) --no-build. Runs with more ranks than cores are marked
-# oversubscribed in the CSV, the plot and the table; they are kept, not hidden.
+# (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
+# --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling). Runs with more
+# ranks than cores are marked oversubscribed in the CSV, the plot and the
+# table; they are kept, not hidden.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 min=4K max=256M factor=4 iters=10 warmup=2 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
+ceiling_lengths="16K 128K 1M" ceiling_seconds=3
 while (($#)); do
   case "$1" in
     --min) min=$2; shift 2 ;;
@@ -33,7 +41,9 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
+    --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +82,17 @@ sizes() {  # sizes sweep|latency: sets args to the size options
   else args=(-b 8 -e 8 -n 200 -w 20 -c 0); fi
 }
 
+# The ceiling first, while nothing else of ours loads the machine. It writes
+# $ceiling only when some iperf3 run gave figures, and never fails the sweep.
+ceiling=$out/tcp_ceiling.csv
+rm -f "$ceiling"
+if ((ceiling_seconds > 0)); then
+  echo "== tcp-ceiling: iperf3 on 127.0.0.1, ranks $ranks, -l $ceiling_lengths, ${ceiling_seconds}s each" | tee -a "$log"
+  timeout "$timeout_s" python3 bench/tcp_ceiling.py measure --ranks "$ranks" --lengths "$ceiling_lengths" \
+    --seconds "$ceiling_seconds" --out "$ceiling" 2>&1 | tee -a "$log" ||
+    echo "compare.sh: the TCP ceiling measurement failed (see $log); going on without it" | tee -a "$log" >&2
+fi
+
 for r in $ranks; do
   for t in shm tcp uring; do
     for algo in $algos; do
@@ -102,7 +123,20 @@ done
 
 py=python3  # Debian's python3-matplotlib lives in /usr/bin/python3, which a pyenv shim may hide
 python3 -c "import matplotlib" 2>/dev/null || py=/usr/bin/python3
-"$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
-  --table "$out/compare.md" "$raw"/*.csv
+if [ -f "$ceiling" ]; then
+  # CSV and PNG carry the ceiling as one more (flat) series; the pdcoll-vs-baseline
+  # table must not take it for a baseline, so it is drawn from the libraries alone
+  # (its CSV is a by-product), and the ceiling ratios follow it.
+  mkdir -p "$raw/ceiling"
+  python3 bench/tcp_ceiling.py rows --measured "$ceiling" --out "$raw/ceiling/rows.csv" "$raw"/*.csv
+  "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
+    "$raw"/*.csv "$raw/ceiling/rows.csv"
+  "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/ceiling/libraries.csv" --table "$out/compare.md" "$raw"/*.csv
+  python3 bench/tcp_ceiling.py table --measured "$ceiling" --cores "$(nproc)" "$raw"/*.csv >>"$out/compare.md"
+else
+  echo "compare.sh: no TCP ceiling this run (see above); compare.md has no ceiling ratios" | tee -a "$log"
+  "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
+    --table "$out/compare.md" "$raw"/*.csv
+fi
 cat "$out/compare.md"
-echo "compare.sh: wrote $out/compare.csv, $out/compare.png, $out/compare.md (full output: $log)"
+echo "compare.sh: wrote $out/compare.csv, $out/compare.png, $out/compare.md$([ -f "$ceiling" ] && echo ", $ceiling") (full output: $log)"
