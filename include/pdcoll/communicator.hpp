@@ -119,6 +119,11 @@ class operation_base {
   /// What the operation is and which transfers it still waits for, for the
   /// deadline's diagnostic (e.g. "all_reduce #12: recv from 2 (index 3, 4096 B)").
   virtual std::string describe() const = 0;
+  /// Resumes work that waits on something no completion announces (shared
+  /// memory); returns how much ran. May end (and destroy) the operation.
+  virtual std::size_t poll() noexcept { return 0; }
+  /// True when poll() would resume something.
+  virtual bool poll_ready() const noexcept { return false; }
 
   std::chrono::steady_clock::time_point deadline{};
   std::atomic<bool> stop_requested{false};
@@ -191,6 +196,7 @@ class communicator final : private exec::progress_driver {
     notices_.resize(static_cast<std::size_t>(world_size_));
     if (options_.cache_registrations) cache_.emplace(registrar_);
     post_control_receive();
+    if (endpoint_->shared_node_memory()) endpoint_->set_wait_condition({&communicator::operations_ready, this});
     if (options_.progress_thread) {
       progress_thread_ = std::thread([this] { run_progress_thread(); });
     }
@@ -283,7 +289,7 @@ class communicator final : private exec::progress_driver {
       return false;
     }
     service_stop_requests();
-    std::size_t n = endpoint_->progress();
+    std::size_t n = endpoint_->progress() + poll_operations();
     check_deadlines();
     close_if_stuck();
     if (n == 0) {
@@ -291,7 +297,7 @@ class communicator final : private exec::progress_driver {
       auto limit = std::min(until, earliest_deadline_locked());
       if (limit > now) {
         endpoint_->wait(limit);
-        n = endpoint_->progress();
+        n = endpoint_->progress() + poll_operations();
         check_deadlines();
         close_if_stuck();
       }
@@ -385,6 +391,13 @@ class communicator final : private exec::progress_driver {
   std::recursive_mutex& mutex() const noexcept { return mutex_; }
   /// Next collective sequence number; called in start() order, under the lock.
   std::uint64_t next_sequence() noexcept { return next_seq_++; }
+  /// Takes `n` steps of the shared-memory sequence (algorithm/shared_memory.hpp),
+  /// in start() order, under the lock; returns the first.
+  std::uint64_t reserve_node_steps(std::uint64_t n) noexcept {
+    const auto first = next_node_step_;
+    next_node_step_ += n;
+    return first;
+  }
 
   /// Registers a starting operation; returns errc::aborted (and registers
   /// nothing) when the communicator is aborted. Under the lock.
@@ -505,6 +518,24 @@ class communicator final : private exec::progress_driver {
     }
   }
 
+  // Resumes what active operations wait for in shared memory. Under the lock.
+  std::size_t poll_operations() noexcept {
+    std::size_t n = 0;
+    for (auto* op = active_; op;) {
+      auto* next = op->next_active;  // poll() may end and unlink op
+      n += op->poll();
+      op = next;
+    }
+    return n;
+  }
+  // The endpoint's wait condition: some operation's poll() would run (called
+  // from inside endpoint_->wait(), under the lock).
+  static bool operations_ready(void* self) noexcept {
+    for (auto* op = static_cast<communicator*>(self)->active_; op; op = op->next_active)
+      if (op->poll_ready()) return true;
+    return false;
+  }
+
   void service_stop_requests() noexcept {
     if (!stop_pending_.exchange(false, std::memory_order_acq_rel)) return;
     for (auto* op = active_; op; op = op->next_active)
@@ -595,6 +626,7 @@ class communicator final : private exec::progress_driver {
   std::size_t active_count_ = 0;
   bool driver_registered_ = false;
   std::uint64_t next_seq_ = 0;
+  std::uint64_t next_node_step_ = 2;  // shared-memory steps start at 2 (algorithm/shared_memory.hpp)
   control_context control_ctx_;
   std::int32_t control_payload_ = 0;
   bool control_posted_ = false;

@@ -202,6 +202,7 @@ TEST_CASE("all_reduce with every algorithm matches the reference for float, bflo
   all_reduce_matrix<algo::rabenseifner>(f, salt);
   all_reduce_matrix<algo::tree>(f, salt);
   all_reduce_matrix<algo::direct>(f, salt);
+  all_reduce_matrix<algo::shared_memory>(f, salt);
   all_reduce_matrix<algo::automatic>(f, salt);
 }
 
@@ -335,7 +336,7 @@ TEST_CASE("eight all-reduces of different buckets in flight at once under when_a
     auto step = ex::when_all(all_reduce(comm, b0, op::sum), all_reduce<algo::ring>(comm, b1, op::max),
                              all_reduce<algo::recursive_doubling>(comm, b2, op::sum),
                              all_reduce<algo::tree>(comm, b3, op::avg), all_reduce<algo::rabenseifner>(comm, b4, op::sum),
-                             all_reduce(comm, b5, op::sum), all_reduce<algo::direct>(comm, b6, op::sum),
+                             all_reduce(comm, b5, op::sum), all_reduce<algo::shared_memory>(comm, b6, op::sum),
                              all_reduce<algo::ring>(comm, b7, op::avg));
     if (!run(f, "when_all of 8 all-reduces", std::move(step))) return;
     std::string msg;
@@ -346,6 +347,36 @@ TEST_CASE("eight all-reduces of different buckets in flight at once under when_a
     if (msg.empty()) msg = check_reduced<float, op::sum_t>(b4.data(), n[4], s + 4, P);
     if (msg.empty()) msg = check_reduced<std::int32_t, op::sum_t>(b6.data(), n[6], s + 6, P);
     if (msg.empty()) msg = check_reduced<float, op::avg_t>(b7.data(), n[7], s + 7, P);
+    if (!msg.empty()) f.add("bucket: " + msg);
+  }
+}
+
+TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix, and concurrent multi-chunk all-reduces") {
+  failures f;
+  auto& comm = world();
+  const int P = comm.world_size(), r = comm.rank();
+  const char* off = std::getenv("PDCOLL_SHM_COLLECTIVES");
+  const bool expected = comm.transport_name().find("shm") != std::string::npos && !(off && std::string(off) == "0");
+  if ((comm.endpoint().shared_node_memory() != nullptr) != expected)
+    f.add(std::string("node memory ") + (expected ? "missing" : "present") + " on " + comm.transport_name());
+  std::uint64_t salt = 500;
+  all_reduce_matrix<algo::shared_memory>(f, salt);
+  // Chunks of several collectives interleave: buckets of up to three 1 MiB slots, all in flight.
+  const std::array<std::size_t, 4> n{600000, 1, 262145, 0};
+  for (int round = 0; round < 3; ++round) {
+    const std::uint64_t s = 700 + 10 * static_cast<std::uint64_t>(round);
+    auto b0 = make_input<float>(s + 0, r, n[0], false);
+    auto b1 = make_input<std::int32_t>(s + 1, r, n[1], false);
+    auto b2 = make_input<std::int32_t>(s + 2, r, n[2], false);
+    auto b3 = make_input<float>(s + 3, r, n[3], false);
+    auto step = ex::when_all(all_reduce<algo::shared_memory>(comm, b0, op::sum),
+                             all_reduce<algo::shared_memory>(comm, b1, op::max),
+                             all_reduce<algo::shared_memory>(comm, b2, op::sum),
+                             all_reduce<algo::shared_memory>(comm, b3, op::sum));
+    if (!run(f, "when_all of 4 shared_memory all-reduces", std::move(step))) return;
+    std::string msg = check_reduced<float, op::sum_t>(b0.data(), n[0], s + 0, P);
+    if (msg.empty()) msg = check_reduced<std::int32_t, op::max_t>(b1.data(), n[1], s + 1, P);
+    if (msg.empty()) msg = check_reduced<std::int32_t, op::sum_t>(b2.data(), n[2], s + 2, P);
     if (!msg.empty()) f.add("bucket: " + msg);
   }
 }

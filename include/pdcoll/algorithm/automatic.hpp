@@ -22,6 +22,7 @@
 #include <pdcoll/algorithm/rabenseifner.hpp>
 #include <pdcoll/algorithm/recursive_doubling.hpp>
 #include <pdcoll/algorithm/ring.hpp>
+#include <pdcoll/algorithm/shared_memory.hpp>
 #include <pdcoll/algorithm/tree.hpp>
 #include <pdcoll/error.hpp>
 
@@ -34,6 +35,10 @@ namespace pdcoll::algo {
 inline constexpr std::size_t automatic_latency_threshold = std::size_t{256} << 10;
 /// Threshold (bytes) from which automatic uses the ring.
 inline constexpr std::size_t automatic_bandwidth_threshold = std::size_t{1} << 20;
+
+/// Bytes up to which automatic uses shared_memory where the transport has
+/// node memory (ranks on one host over libfabric shm).
+inline constexpr std::size_t automatic_shared_memory_threshold = std::size_t{1} << 20;
 
 /// Small messages by recursive doubling (latency: log2 P steps), mid sizes
 /// by Rabenseifner (ring bandwidth in log-many steps), large by the ring.
@@ -59,6 +64,7 @@ struct automatic {
     if (!std::strcmp(v, rabenseifner::name)) return {&rabenseifner::all_reduce};
     if (!std::strcmp(v, tree::name)) return {&tree::all_reduce};
     if (!std::strcmp(v, direct::name)) return {&direct::all_reduce};
+    if (!std::strcmp(v, shared_memory::name)) return {&shared_memory::all_reduce};
     return {nullptr, true};
   }
 
@@ -74,6 +80,8 @@ struct automatic {
     const auto f = forced();
     if (f.invalid) return rejected();
     if (f.algorithm) return f.algorithm(ctx);
+    if (ctx.node_memory() && ctx.bytes(ctx.count) <= automatic_shared_memory_threshold)
+      return shared_memory::all_reduce(ctx);
     return automatic_by_size::all_reduce(ctx);
   }
 

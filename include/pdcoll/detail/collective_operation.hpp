@@ -138,6 +138,18 @@ class collective_context : public batch_owner {
   }
   /// Scratch of `nbytes` in the working domain, registered, freed with the operation.
   virtual buffer_desc scratch(std::size_t nbytes) = 0;
+  /// Shared memory of every rank (transport/node_memory.hpp) when the
+  /// algorithm may use it: the transport has it and the buffers are the
+  /// user's own (not a staged chunk, whose slots run concurrently). The same
+  /// answer on every rank.
+  virtual transport::node_memory* node_memory() noexcept { return nullptr; }
+  /// Takes `n` consecutive steps of the communicator's shared-memory
+  /// sequence (see algorithm/shared_memory.hpp); the first one's number.
+  /// Called before the algorithm's first suspension, so that ranks take
+  /// steps in the order they started their collectives.
+  virtual std::uint64_t reserve_node_steps(std::uint64_t n) noexcept = 0;
+  /// The collective's signature (kind, count, type, op, root: detail/tags.hpp).
+  virtual std::uint16_t signature() const noexcept = 0;
 
  protected:
   ~collective_context() = default;
@@ -175,6 +187,24 @@ class collective_op_base : public collective_context, public operation_base {
     if (b.next_outstanding) b.next_outstanding->prev_outstanding = b.prev_outstanding;
     b.prev_outstanding = b.next_outstanding = nullptr;
   }
+  void wait_started(condition_wait& w) noexcept override {
+    w.prev_waiting = nullptr;
+    w.next_waiting = waiting_;
+    if (waiting_) waiting_->prev_waiting = &w;
+    waiting_ = &w;
+    if (cancelled_) w.cancel();
+  }
+  void wait_finished(condition_wait& w) noexcept override {
+    if (w.prev_waiting) w.prev_waiting->next_waiting = w.next_waiting;
+    else waiting_ = w.next_waiting;
+    if (w.next_waiting) w.next_waiting->prev_waiting = w.prev_waiting;
+    w.prev_waiting = w.next_waiting = nullptr;
+  }
+
+  // collective_context
+  transport::node_memory* node_memory() noexcept override { return comm_->endpoint().shared_node_memory(); }
+  std::uint64_t reserve_node_steps(std::uint64_t n) noexcept override { return comm_->reserve_node_steps(n); }
+  std::uint16_t signature() const noexcept override { return signature_; }
 
   // operation_base
   void cancel_outstanding() noexcept override {
@@ -184,11 +214,24 @@ class collective_op_base : public collective_context, public operation_base {
       b->cancel();
       b = next;
     }
+    for (auto* w = waiting_; w; w = w->next_waiting) w->cancel();
+  }
+  // Resumes at most one wait: its coroutine may end (and destroy) the operation.
+  std::size_t poll() noexcept override {
+    for (auto* w = waiting_; w; w = w->next_waiting)
+      if (w->poll()) return 1;
+    return 0;
+  }
+  bool poll_ready() const noexcept override {
+    for (auto* w = waiting_; w; w = w->next_waiting)
+      if (cancelled_ || w->ready()) return true;
+    return false;
   }
 
   std::string describe() const override {
     std::string pending;
     for (auto* b = outstanding_; b; b = b->next_outstanding) b->describe_pending(pending);
+    if (waiting_) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
     return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" +
            std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
            (pending.empty() ? std::string() : ": " + pending);
@@ -327,6 +370,10 @@ class collective_op_base : public collective_context, public operation_base {
     }
     void batch_posted(transfer_batch& b) noexcept override { op->batch_posted(b); }
     void batch_finished(transfer_batch& b) noexcept override { op->batch_finished(b); }
+    void wait_started(condition_wait& w) noexcept override { op->wait_started(w); }
+    void wait_finished(condition_wait& w) noexcept override { op->wait_finished(w); }
+    std::uint64_t reserve_node_steps(std::uint64_t n) noexcept override { return op->reserve_node_steps(n); }
+    std::uint16_t signature() const noexcept override { return op->signature(); }
     // Scratch is reused chunk after chunk (same algorithm, same call order):
     // bounded memory and one registration per block.
     buffer_desc scratch(std::size_t nbytes) override {
@@ -625,6 +672,7 @@ class collective_op_base : public collective_context, public operation_base {
   std::error_code work_error_;
   std::error_code check_error_;
   transfer_batch* outstanding_ = nullptr;
+  condition_wait* waiting_ = nullptr;  // suspended condition waits, polled by poll()
   bool staged_ = false;
   bool cancelled_ = false;
   domain_access working_domain_;

@@ -130,6 +130,7 @@ class [[nodiscard]] collective_task {
 };
 
 class transfer_batch;
+class condition_wait;
 
 /// What a batch needs from the operation that owns it.
 class batch_owner {
@@ -145,6 +146,9 @@ class batch_owner {
   /// Called when a batch posts / finishes, so an abort can cancel what is outstanding.
   virtual void batch_posted(transfer_batch& b) noexcept = 0;
   virtual void batch_finished(transfer_batch& b) noexcept = 0;
+  /// Called when a condition_wait suspends / is resumed (the owner polls it).
+  virtual void wait_started(condition_wait& w) noexcept = 0;
+  virtual void wait_finished(condition_wait& w) noexcept = 0;
 
  protected:
   ~batch_owner() = default;
@@ -308,6 +312,71 @@ class transfer_batch {
   bool posted_ = false;
   bool linked_ = false;
   std::error_code error_;
+  std::coroutine_handle<> waiter_;
+};
+
+/// An await on a condition that no completion announces (a flag in shared
+/// memory written by a peer): the owner polls it from progress, and the
+/// transport's wait() is told to return when some wait's condition holds.
+///
+///     condition_wait published(ctx, [](const void* a) noexcept { return ...; }, &state);
+///     if (auto ec = co_await published) co_return ec;
+///
+/// cancel() (an abort, the deadline) makes the next poll resume it with
+/// operation_canceled.
+class condition_wait {
+ public:
+  /// The condition: true once the awaited state is there (`arg` is passed through).
+  using predicate = bool (*)(const void* arg) noexcept;
+
+  /// A wait of `owner`'s operation for `ready(arg)`.
+  condition_wait(batch_owner& owner, predicate ready, const void* arg) noexcept
+      : owner_(&owner), ready_(ready), arg_(arg) {}
+  condition_wait(const condition_wait&) = delete;
+  condition_wait& operator=(const condition_wait&) = delete;
+  /// A frame destroyed while suspended here (the operation ended) unlinks it.
+  ~condition_wait() {
+    if (waiter_) owner_->wait_finished(*this);
+  }
+
+  /// True when the condition holds.
+  bool ready() const noexcept { return ready_(arg_); }
+  /// Resumes the awaiting coroutine when the condition holds or the wait was
+  /// cancelled; true when it did (the coroutine may have ended the operation).
+  bool poll() noexcept {
+    if (!waiter_ || !(cancelled_ || ready())) return false;
+    owner_->wait_finished(*this);
+    std::exchange(waiter_, {}).resume();
+    return true;
+  }
+  /// Ends the wait with operation_canceled at its next poll.
+  void cancel() noexcept { cancelled_ = true; }
+
+  /// Suspends unless the condition already holds (or the wait was cancelled).
+  auto operator co_await() noexcept {
+    struct awaiter {
+      condition_wait& w;
+      bool await_ready() const noexcept { return w.cancelled_ || w.ready(); }
+      void await_suspend(std::coroutine_handle<> h) noexcept {
+        w.waiter_ = h;
+        w.owner_->wait_started(w);
+      }
+      std::error_code await_resume() const noexcept {
+        return w.cancelled_ ? std::make_error_code(std::errc::operation_canceled) : std::error_code{};
+      }
+    };
+    return awaiter{*this};
+  }
+
+  /// Intrusive link for the owner's list of suspended waits.
+  condition_wait* next_waiting = nullptr;
+  condition_wait* prev_waiting = nullptr;
+
+ private:
+  batch_owner* owner_;
+  predicate ready_;
+  const void* arg_;
+  bool cancelled_ = false;
   std::coroutine_handle<> waiter_;
 };
 

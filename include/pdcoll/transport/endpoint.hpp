@@ -37,6 +37,8 @@
 //    "a later progress()" can mean after a short, bounded while.
 #pragma once
 
+#include <pdcoll/transport/node_memory.hpp>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -163,6 +165,12 @@ class endpoint {
   /// is first, on the transport's wait object (fi_cq_sread, epoll, io_uring
   /// wait). May return early; callers loop on progress().
   virtual void wait(std::chrono::steady_clock::time_point deadline) noexcept = 0;
+  /// Shared memory every rank maps (node_memory.hpp); nullptr when the
+  /// transport has none (ranks on several hosts, or it was refused at setup).
+  virtual node_memory* shared_node_memory() noexcept { return nullptr; }
+  /// Makes wait() also return once `condition` holds. Only transports that
+  /// offer shared_node_memory() need it: nothing else can change the condition.
+  virtual void set_wait_condition(wait_condition condition) noexcept { (void)condition; }
 
   /// How this transport moves memory of `kind`.
   virtual data_path path_for(memory_kind kind) const noexcept = 0;

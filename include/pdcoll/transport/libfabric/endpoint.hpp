@@ -95,6 +95,7 @@
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/endpoint.hpp"
 #include "pdcoll/transport/libfabric/doorbell.hpp"
+#include "pdcoll/transport/libfabric/shared_regions.hpp"
 #include "pdcoll/transport/libfabric/errors.hpp"
 
 namespace pdcoll::transport::libfabric {
@@ -131,6 +132,10 @@ struct options {
   /// Use a FI_WAIT_FD completion queue for wait() when the provider has one,
   /// and on shm (which has none) a doorbell in shared memory that peers ring.
   bool use_wait_fd = true;
+  /// Bytes of each rank's node memory region on shm (transport/node_memory.hpp,
+  /// used by the shared-memory all-reduce); 0 turns node memory off, and so
+  /// does PDCOLL_SHM_COLLECTIVES=0. Same on all ranks.
+  std::size_t node_memory_bytes = (std::size_t{2} << 20) + 4096;
   /// How long wait() polls before it sleeps (on the CQ's fd, or on shm's doorbell).
   std::chrono::microseconds poll_before_sleep{20};
   /// How long a post may meet -FI_EAGAIN before it ends with
@@ -292,7 +297,7 @@ inline int close_fid(fid* f) noexcept { return f ? ::fi_close(f) : 0; }
 /// A libfabric RDM endpoint implementing pdcoll::transport::endpoint (see the
 /// contract in transport/endpoint.hpp). Built by make_endpoint(). Not
 /// thread-safe (FI_THREAD_DOMAIN): the communicator serialises calls.
-class fabric_endpoint final : public endpoint {
+class fabric_endpoint final : public endpoint, private node_memory {
  public:
   /// Opens the fabric for `rank` of `world_size`, exchanging endpoint
   /// addresses through `exchange` (called the same number of times on every
@@ -529,6 +534,11 @@ class fabric_endpoint final : public endpoint {
     if (static_cast<std::size_t>(peer) < peer_bells_.size()) peer_bells_[static_cast<std::size_t>(peer)].ring_if_sleeping();
   }
 
+  // node_memory (shm only; see setup_shm_peers)
+  std::byte* region(int rank) const noexcept override { return node_regions_.region(rank); }
+  std::size_t region_bytes() const noexcept override { return node_regions_.bytes(); }
+  void wake(int rank) noexcept override { ring(rank); }
+
   /// Answers a rendezvous notice (zero bytes, injected: no completion). A
   /// failed post leaves the sender to its deadline or the communicator's abort.
   void send_finish(int peer, std::uint64_t cookie, bool failed) noexcept {
@@ -759,7 +769,7 @@ class fabric_endpoint final : public endpoint {
   /// outnumber cores do not burn them.
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     using namespace std::chrono;
-    if (!stash_.empty() || !ep_ || abandoned_) return;
+    if (!stash_.empty() || !ep_ || abandoned_ || condition_ready()) return;
     if (!deferred_[0].empty()) {  // sends wait for room at a peer: back to progress() soon
       ::sched_yield();
       return;
@@ -786,12 +796,12 @@ class fabric_endpoint final : public endpoint {
       if (left <= nanoseconds::zero()) return;
       // The bound only matters should an event come without a ring.
       const auto how =
-          own_bell_.sleep([&] { return stash_cq() > 0; }, duration_cast<nanoseconds>(std::min<nanoseconds>(left, milliseconds(1))));
+          own_bell_.sleep([&] { return stash_cq() > 0 || condition_ready(); }, duration_cast<nanoseconds>(std::min<nanoseconds>(left, milliseconds(1))));
       if (how == detail::doorbell::woken::rung) ++doorbell_wakeups_;
       return;
     }
     while (steady_clock::now() < deadline) {
-      if (stash_cq() > 0) {
+      if (stash_cq() > 0 || condition_ready()) {
         idle_rounds_ = 0;
         return;
       }
@@ -813,11 +823,17 @@ class fabric_endpoint final : public endpoint {
   bool poll_briefly(std::chrono::steady_clock::time_point deadline) noexcept {
     const auto until = std::min(deadline, std::chrono::steady_clock::now() + opts_.poll_before_sleep);
     do {
-      if (stash_cq() > 0) return true;
+      if (stash_cq() > 0 || condition_ready()) return true;
       ::sched_yield();
     } while (std::chrono::steady_clock::now() < until);
     return false;
   }
+
+  /// True when the communicator's wait condition (set_wait_condition) holds.
+  bool condition_ready() const noexcept { return condition_.ready && condition_.ready(condition_.arg); }
+
+  node_memory* shared_node_memory() noexcept override { return node_regions_.region(rank_) ? this : nullptr; }
+  void set_wait_condition(wait_condition condition) noexcept override { condition_ = condition; }
 
   /// host → host; emulated_device → dmabuf (FI_MR_DMABUF compiled in and
   /// FI_HMEM granted) else hmem_iface (the mapped range, FI_HMEM_SYSTEM);
@@ -1092,19 +1108,25 @@ class fabric_endpoint final : public endpoint {
       rendezvous_busy_.assign(rendezvous_table_.size(), 0);
     }
     own_bell_.create(opts_.use_wait_fd);
+    const char* collectives_env = std::getenv("PDCOLL_SHM_COLLECTIVES");
+    if (opts_.node_memory_bytes && !(collectives_env && std::string(collectives_env) == "0"))
+      node_regions_.create(rank_, world_size_, opts_.node_memory_bytes);
     const std::string mine = std::to_string(::getpid()) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(rendezvous_table_.data())) + " " +
-                             (own_bell_.name.empty() ? std::string("-") : own_bell_.name);
+                             (own_bell_.name.empty() ? std::string("-") : own_bell_.name) + " " +
+                             node_regions_.own_name();
     const auto probes = exchange(mine);
     peer_tables_.assign(n, {});
     peer_bells_.clear();
     peer_bells_.resize(n);
-    std::string verdict(n, '0');  // per peer: bit 0 its memory is readable, bit 1 its doorbell is mapped
+    // Per peer: bit 0 its memory is readable, bit 1 its doorbell is mapped, bit 2 its node region is mapped.
+    std::string verdict(n, '0');
     for (std::size_t p = 0; p < n && probes.size() == n; ++p) {
       unsigned long long pid = 0, address = 0, table = 0;
-      char bell[128] = {};
-      if (std::sscanf(probes[p].c_str(), "%llu %llu %llu %127s", &pid, &address, &table, bell) != 4) continue;
+      char bell[128] = {}, region[128] = {};
+      if (std::sscanf(probes[p].c_str(), "%llu %llu %llu %127s %127s", &pid, &address, &table, bell, region) != 5)
+        continue;
       int bits = 0;
       std::uint64_t word = 0;
       iovec local{&word, sizeof word};
@@ -1115,10 +1137,19 @@ class fabric_endpoint final : public endpoint {
         peer_tables_[p] = {static_cast<pid_t>(pid), table};
       }
       if (static_cast<int>(p) == rank_ ? own_bell_.words != nullptr : peer_bells_[p].open(bell)) bits |= 2;
+      if (node_regions_.open(static_cast<int>(p), region)) bits |= 4;
       verdict[p] = static_cast<char>('0' + bits);
     }
     const auto verdicts = exchange(verdict);
     own_bell_.unlink();  // every peer that could map it has
+    node_regions_.unlink_own();
+    // Node memory exists only where every rank mapped every region; every
+    // rank reads the same verdicts, so all agree.
+    bool all_mapped = verdicts.size() == n;
+    for (std::size_t p = 0; p < n && all_mapped; ++p)
+      for (std::size_t q = 0; q < n && all_mapped; ++q)
+        all_mapped = verdicts[p].size() == n && ((verdicts[p][q] - '0') & 4);
+    if (!all_mapped) node_regions_.unmap_all();
     bool any = false, all_ring = own_bell_.words != nullptr;
     for (std::size_t p = 0; p < n; ++p) {
       const auto& v = verdicts.size() == n ? verdicts[p] : std::string();
@@ -1444,6 +1475,8 @@ class fabric_endpoint final : public endpoint {
   std::uint64_t doorbell_wakeups_ = 0;
   detail::doorbell own_bell_;                 // shm: this rank sleeps on it (mapped only if every peer can ring)
   std::vector<detail::doorbell> peer_bells_;  // shm: rung after posting to a peer
+  detail::shared_regions node_regions_;       // shm: node memory (mapped only where every rank mapped every region)
+  wait_condition condition_;                  // also ends wait() (set by the communicator)
   bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
   std::vector<detail::cq_event> stash_;
   std::deque<detail::deferred_post> deferred_[2];  // [receive]: posts that met -FI_EAGAIN, in posting order

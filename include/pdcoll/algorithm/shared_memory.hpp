@@ -1,0 +1,153 @@
+// File: algorithm/shared_memory.hpp — all-reduce through memory that every
+// rank maps (transport/node_memory.hpp), for ranks on one host.
+//
+// Every rank copies its contribution into its own region, raises a flag,
+// waits for every rank's flag, then reduces all contributions in rank order
+// straight from the regions into its output: one step, no messages, and
+// bit-identical results on every rank. Where the transport's messages cost
+// a queue entry, a completion and (for more than a few KiB) a page-pinning
+// copy per message, this costs two cache-line handshakes per chunk.
+//
+// Cost (P ranks, n bytes): each rank writes n bytes into its region and
+// reads P·n bytes; buffers larger than a region's slot go in slot-sized
+// chunks, two in flight (each region holds two slots, used alternately).
+//
+// The protocol. Chunks are numbered by a per-communicator step sequence
+// that every rank advances identically: each collective reserves its steps
+// when it starts (starts are in the same order on every rank, or the
+// signature check fails them), so concurrent collectives interleave safely.
+// Step s uses slot s mod 2 of every region. Rank r, for step s:
+//   1. waits until every rank has consumed step s-2 (so slot s mod 2 of its
+//      region is free), copies its chunk in, stores the collective's
+//      signature, then publishes s (release);
+//   2. waits until every rank has published s, checks their signatures
+//      (a different collective: collective_mismatch), reduces;
+//   3. marks s consumed (release).
+// After each store it wakes peers that sleep in their endpoint's wait().
+// A rank that dies leaves its flags where they were: the survivors' waits
+// end with the collective's deadline, like a lost message.
+//
+// Without node memory (another transport, ranks on several hosts, a staged
+// device buffer) the ring runs instead.
+#pragma once
+
+#include <pdcoll/algorithm/ring.hpp>
+#include <pdcoll/detail/collective_operation.hpp>
+#include <pdcoll/transport/node_memory.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+namespace pdcoll::algo {
+
+namespace detail {
+
+/// The flags at the start of each rank's region; the two slots follow at
+/// slot_offset. Zero-filled regions are the initial state (steps start at 2).
+struct node_flags {
+  alignas(64) std::uint64_t published[2];  ///< step whose chunk slot p holds
+  std::uint64_t signature[2];              ///< signature of that step's collective
+  alignas(64) std::uint64_t consumed[2];   ///< last step of slot p this rank has reduced
+};
+
+/// Offset of slot 0 in a region.
+inline constexpr std::size_t slot_offset = 4096;
+static_assert(sizeof(node_flags) <= slot_offset);
+
+/// What a step's waits look at.
+struct node_step {
+  transport::node_memory* node = nullptr;
+  int world_size = 0;
+  std::uint64_t step = 0;
+
+  node_flags& flags(int rank) const noexcept { return *reinterpret_cast<node_flags*>(node->region(rank)); }
+  std::byte* slot(int rank) const noexcept {
+    return node->region(rank) + slot_offset + (step & 1) * slot_bytes(*node);
+  }
+  static std::size_t slot_bytes(const transport::node_memory& node) noexcept {
+    return (node.region_bytes() - slot_offset) / 2 / 64 * 64;
+  }
+  static std::uint64_t load(std::uint64_t& word) noexcept {
+    return std::atomic_ref<std::uint64_t>(word).load(std::memory_order_acquire);
+  }
+  static void store(std::uint64_t& word, std::uint64_t value) noexcept {
+    std::atomic_ref<std::uint64_t>(word).store(value, std::memory_order_release);
+  }
+  /// Every rank has consumed step - 2: this rank's slot is free.
+  static bool slot_free(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    if (s.step < 4) return true;
+    for (int q = 0; q < s.world_size; ++q)
+      if (load(s.flags(q).consumed[s.step & 1]) < s.step - 2) return false;
+    return true;
+  }
+  /// Every rank has published step.
+  static bool all_published(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    for (int q = 0; q < s.world_size; ++q)
+      if (load(s.flags(q).published[s.step & 1]) != s.step) return false;
+    return true;
+  }
+  /// Wakes every peer of `rank` that may sleep waiting for this rank's flags.
+  void wake_peers(int rank) const noexcept {
+    for (int q = 0; q < world_size; ++q)
+      if (q != rank) node->wake(q);
+  }
+};
+
+}  // namespace detail
+
+/// All-reduce through node memory (see the file comment); the ring without it.
+struct shared_memory {
+  /// Name for diagnostics and PDCOLL_ALGO.
+  static constexpr const char* name = "shared_memory";
+
+  static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free, "shared-memory flags need lock-free atomics");
+
+  /// All-reduce of ctx.input into ctx.output.
+  static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    if (!node || ctx.world_size == 1) return ring::all_reduce(ctx);
+    return through(ctx, *node);
+  }
+
+ private:
+  static pdcoll::detail::collective_task through(pdcoll::detail::collective_context& ctx,
+                                                 transport::node_memory& node) {
+    using pdcoll::detail::condition_wait;
+    const std::size_t total = ctx.bytes(ctx.count);
+    const std::size_t chunk = detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+    const std::uint64_t chunks = total == 0 ? 0 : (total + chunk - 1) / chunk;
+    // Before the first suspension (see the file comment).
+    const std::uint64_t first = ctx.reserve_node_steps(chunks);
+    const int r = ctx.rank, P = ctx.world_size;
+    const std::uint64_t signature = ctx.signature();
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      const detail::node_step s{&node, P, first + k};
+      const std::size_t offset = k * chunk, bytes = std::min(chunk, total - offset);
+      const std::size_t p = s.step & 1;
+      auto& mine = s.flags(r);
+
+      condition_wait slot_free(ctx, &detail::node_step::slot_free, &s);
+      if (auto ec = co_await slot_free) co_return ec;
+      std::memcpy(s.slot(r), ctx.input.address + offset, bytes);
+      mine.signature[p] = signature;
+      detail::node_step::store(mine.published[p], s.step);
+      s.wake_peers(r);
+
+      condition_wait published(ctx, &detail::node_step::all_published, &s);
+      if (auto ec = co_await published) co_return ec;
+      for (int q = 0; q < P; ++q)
+        if (s.flags(q).signature[p] != signature) co_return make_error_code(errc::collective_mismatch);
+      std::memcpy(ctx.output.address + offset, s.slot(0), bytes);
+      for (int q = 1; q < P; ++q) ctx.red->apply(ctx.output.address + offset, s.slot(q), bytes / ctx.element_size);
+      detail::node_step::store(mine.consumed[p], s.step);
+      s.wake_peers(r);
+    }
+    co_return std::error_code{};
+  }
+};
+
+}  // namespace pdcoll::algo
