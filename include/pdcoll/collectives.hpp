@@ -77,6 +77,9 @@ reduction_table make_reduction() noexcept {
   t.apply = [](void* inout, const void* in, std::size_t n) noexcept {
     kernels::apply<T, Op>(static_cast<T*>(inout), static_cast<const T*>(in), n);
   };
+  t.apply3 = [](void* out, const void* a, const void* b, std::size_t n) noexcept {
+    kernels::apply3<T, Op>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  };
   if constexpr (std::is_same_v<Op, op::avg_t>) {
     t.finalize = [](void* data, std::size_t n, int world) noexcept {
       (void)kernels::finalize_avg<T>(static_cast<T*>(data), n, world);

@@ -8,8 +8,9 @@
 // a queue entry, a completion and (for more than a few KiB) a page-pinning
 // copy per message, this costs two cache-line handshakes per chunk.
 //
-// Cost (P ranks, n bytes): each rank writes n bytes into its region and
-// reads P·n bytes; buffers larger than a region's slot go in slot-sized
+// Cost (P ranks, n bytes): each rank copies n bytes into its region and
+// reduces P·n bytes from the regions into its output (the first two
+// contributions in one pass); buffers larger than a region's slot go in slot-sized
 // chunks, two in flight (each region holds two slots, used alternately).
 //
 // The protocol. Chunks are numbered by a per-communicator step sequence
@@ -33,10 +34,10 @@
 
 #include <pdcoll/algorithm/ring.hpp>
 #include <pdcoll/detail/collective_operation.hpp>
+#include <pdcoll/detail/node_layout.hpp>
 #include <pdcoll/transport/node_memory.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -44,56 +45,33 @@ namespace pdcoll::algo {
 
 namespace detail {
 
-/// The flags at the start of each rank's region; the two slots follow at
-/// slot_offset. Zero-filled regions are the initial state (steps start at 2).
-struct node_flags {
-  alignas(64) std::uint64_t published[2];  ///< step whose chunk slot p holds
-  std::uint64_t signature[2];              ///< signature of that step's collective
-  alignas(64) std::uint64_t consumed[2];   ///< last step of slot p this rank has reduced
-};
-
-/// Offset of slot 0 in a region.
-inline constexpr std::size_t slot_offset = 4096;
-static_assert(sizeof(node_flags) <= slot_offset);
-
-/// What a step's waits look at.
+/// One step of the protocol, as its waits see it.
 struct node_step {
   transport::node_memory* node = nullptr;
   int world_size = 0;
   std::uint64_t step = 0;
 
-  node_flags& flags(int rank) const noexcept { return *reinterpret_cast<node_flags*>(node->region(rank)); }
+  pdcoll::detail::node_flags& flags(int rank) const noexcept { return pdcoll::detail::flags_of(*node, rank); }
   std::byte* slot(int rank) const noexcept {
-    return node->region(rank) + slot_offset + (step & 1) * slot_bytes(*node);
+    return node->region(rank) + pdcoll::detail::node_slot_offset + (step & 1) * slot_bytes(*node);
   }
   static std::size_t slot_bytes(const transport::node_memory& node) noexcept {
-    return (node.region_bytes() - slot_offset) / 2 / 64 * 64;
-  }
-  static std::uint64_t load(std::uint64_t& word) noexcept {
-    return std::atomic_ref<std::uint64_t>(word).load(std::memory_order_acquire);
-  }
-  static void store(std::uint64_t& word, std::uint64_t value) noexcept {
-    std::atomic_ref<std::uint64_t>(word).store(value, std::memory_order_release);
+    return (node.region_bytes() - pdcoll::detail::node_slot_offset) / 2 / 64 * 64;
   }
   /// Every rank has consumed step - 2: this rank's slot is free.
   static bool slot_free(const void* self) noexcept {
     const auto& s = *static_cast<const node_step*>(self);
     if (s.step < 4) return true;
     for (int q = 0; q < s.world_size; ++q)
-      if (load(s.flags(q).consumed[s.step & 1]) < s.step - 2) return false;
+      if (pdcoll::detail::load_flag(s.flags(q).consumed[s.step & 1]) < s.step - 2) return false;
     return true;
   }
   /// Every rank has published step.
   static bool all_published(const void* self) noexcept {
     const auto& s = *static_cast<const node_step*>(self);
     for (int q = 0; q < s.world_size; ++q)
-      if (load(s.flags(q).published[s.step & 1]) != s.step) return false;
+      if (pdcoll::detail::load_flag(s.flags(q).published[s.step & 1]) != s.step) return false;
     return true;
-  }
-  /// Wakes every peer of `rank` that may sleep waiting for this rank's flags.
-  void wake_peers(int rank) const noexcept {
-    for (int q = 0; q < world_size; ++q)
-      if (q != rank) node->wake(q);
   }
 };
 
@@ -103,8 +81,6 @@ struct node_step {
 struct shared_memory {
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "shared_memory";
-
-  static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free, "shared-memory flags need lock-free atomics");
 
   /// All-reduce of ctx.input into ctx.output.
   static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
@@ -134,17 +110,19 @@ struct shared_memory {
       if (auto ec = co_await slot_free) co_return ec;
       std::memcpy(s.slot(r), ctx.input.address + offset, bytes);
       mine.signature[p] = signature;
-      detail::node_step::store(mine.published[p], s.step);
-      s.wake_peers(r);
+      pdcoll::detail::store_flag(mine.published[p], s.step);
+      pdcoll::detail::wake_peers(node, r, P);
 
       condition_wait published(ctx, &detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       for (int q = 0; q < P; ++q)
         if (s.flags(q).signature[p] != signature) co_return make_error_code(errc::collective_mismatch);
-      std::memcpy(ctx.output.address + offset, s.slot(0), bytes);
-      for (int q = 1; q < P; ++q) ctx.red->apply(ctx.output.address + offset, s.slot(q), bytes / ctx.element_size);
-      detail::node_step::store(mine.consumed[p], s.step);
-      s.wake_peers(r);
+      // Rank order on every rank: bit-identical results. The first two in one pass.
+      const std::size_t n = bytes / ctx.element_size;
+      ctx.red->apply3(ctx.output.address + offset, s.slot(0), s.slot(1), n);
+      for (int q = 2; q < P; ++q) ctx.red->apply(ctx.output.address + offset, s.slot(q), n);
+      pdcoll::detail::store_flag(mine.consumed[p], s.step);
+      pdcoll::detail::wake_peers(node, r, P);
     }
     co_return std::error_code{};
   }

@@ -12,6 +12,7 @@
 #include <pdcoll/detail/collective_task.hpp>
 #include <pdcoll/detail/stop_link.hpp>
 #include <pdcoll/detail/log.hpp>
+#include <pdcoll/detail/node_layout.hpp>
 #include <pdcoll/detail/staging.hpp>
 #include <pdcoll/detail/tags.hpp>
 #include <pdcoll/error.hpp>
@@ -64,6 +65,9 @@ struct reduction_table {
   std::uint32_t op_id = 0;    ///< reduce::reduction value (signature)
   /// inout[i] = op(inout[i], in[i]) for i < count.
   void (*apply)(void* inout, const void* in, std::size_t count) noexcept = nullptr;
+  /// out[i] = op(a[i], b[i]) for i < count (out aliases neither); nullptr for
+  /// tables that do not reduce.
+  void (*apply3)(void* out, const void* a, const void* b, std::size_t count) noexcept = nullptr;
   /// Post-processing after the last combine (avg divides by the world size).
   void (*finalize)(void* data, std::size_t count, int world_size) noexcept = nullptr;
 };
@@ -471,10 +475,54 @@ class collective_op_base : public collective_context, public operation_base {
   }
 
   static collective_task check_signature(collective_op_base& op) {
+    if (auto* node = op.comm_->endpoint().shared_node_memory()) return check_through_node(op, *node);
+    return check_by_message(op);
+  }
+
+  static collective_task check_by_message(collective_op_base& op) {
     transfer_batch check(op, 2);
     check.send((op.rank + 1) % op.world_size, {}, 0, 0, signature_check_index);
     check.recv((op.rank + op.world_size - 1) % op.world_size, {}, 0, 0, signature_check_index);
     co_return co_await check;
+  }
+
+  // With node memory the check needs no message: each rank writes its
+  // signature into entry seq of a ring in its own region (once its right
+  // neighbour has checked the entry's previous use) and checks its left
+  // neighbour's entry; checks complete in sequence order, which is what
+  // lets a rank count them in one word (node_layout.hpp).
+  struct node_check {
+    transport::node_memory* node;
+    int rank, world_size;
+    std::uint64_t seq;
+    node_flags& own() const noexcept { return flags_of(*node, rank); }
+    node_flags& left() const noexcept { return flags_of(*node, (rank + world_size - 1) % world_size); }
+    node_flags::check_entry& entry(node_flags& f) const noexcept { return f.check[seq % node_check_entries]; }
+    static bool room(const void* self) noexcept {
+      const auto& c = *static_cast<const node_check*>(self);
+      return c.seq < node_check_entries ||
+             load_flag(flags_of(*c.node, (c.rank + 1) % c.world_size).checked) > c.seq - node_check_entries;
+    }
+    static bool arrived(const void* self) noexcept {
+      const auto& c = *static_cast<const node_check*>(self);
+      return load_flag(c.own().checked) == c.seq && load_flag(c.entry(c.left()).sequence) == c.seq + 1;
+    }
+  };
+
+  static collective_task check_through_node(collective_op_base& op, transport::node_memory& node) {
+    const node_check c{&node, op.rank, op.world_size, op.seq_};
+    condition_wait room(op, &node_check::room, &c);
+    if (auto ec = co_await room) co_return ec;
+    auto& mine = c.entry(c.own());
+    mine.signature = op.signature_;
+    store_flag(mine.sequence, c.seq + 1);
+    wake_peers(node, op.rank, op.world_size);
+    condition_wait arrived(op, &node_check::arrived, &c);
+    if (auto ec = co_await arrived) co_return ec;
+    const bool same = c.entry(c.left()).signature == op.signature_;
+    store_flag(c.own().checked, c.seq + 1);
+    wake_peers(node, op.rank, op.world_size);
+    co_return same ? std::error_code{} : make_error_code(errc::collective_mismatch);
   }
 
   static void on_check_done(void* self) noexcept {
