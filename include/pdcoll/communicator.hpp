@@ -269,9 +269,22 @@ class communicator final : private exec::progress_driver {
   /// with errc::aborted, and every peer is told so theirs do too. Pending
   /// operations complete through whoever drives progress; transfers that
   /// ignore their cancel are ended by closing the data path after abort_grace.
+  ///
+  /// The notices leave before abort() returns (waiting at most abort_grace):
+  /// on transports that move data only while driven (libfabric tcp) a rank
+  /// that aborts and then leaves the communicator alone would otherwise hold
+  /// them back, and its peers would learn of the abort only at their deadline.
   void abort(std::error_code reason = make_error_code(errc::aborted)) {
     std::lock_guard lock(mutex_);
     abort_locked(reason, true);
+    if (driving_) return;  // called from a completion: the driving thread sends them
+    const auto until = std::chrono::steady_clock::now() + options_.abort_grace;
+    driving_ = true;
+    while (notices_in_flight_ > 0 && std::chrono::steady_clock::now() < until) {
+      if (endpoint_->progress() + poll_operations() == 0)
+        endpoint_->wait(std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
+    }
+    driving_ = false;
   }
   /// True once an abort closed the endpoint's data path (see the file comment).
   bool data_path_closed() const {
@@ -288,6 +301,11 @@ class communicator final : private exec::progress_driver {
       std::this_thread::yield();
       return false;
     }
+    driving_ = true;
+    struct end_of_drive {
+      bool& flag;
+      ~end_of_drive() { flag = false; }
+    } ending{driving_};
     service_stop_requests();
     std::size_t n = endpoint_->progress() + poll_operations();
     check_deadlines();
@@ -632,6 +650,7 @@ class communicator final : private exec::progress_driver {
   bool control_posted_ = false;
   std::vector<notice_context> notices_;
   int notices_in_flight_ = 0;
+  bool driving_ = false;  // a thread is inside drive() (or abort()'s flush): completions may run
   std::thread progress_thread_;
   std::atomic<bool> stop_thread_{false};
 };

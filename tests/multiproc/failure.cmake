@@ -5,6 +5,8 @@
 #    Manual mode: tests/multiproc/failure_kill.py --runs 300 ...
 #  * multiproc.failure.soak.shm: a shorter multi-process soak over libfabric shm
 #    (the 10,000-collective soak runs over inproc in unit.failure).
+#  * multiproc.failure.abort_idle.<transport>: a rank aborts and then idles;
+#    its peers' all-reduce must end with aborted at once.
 #  * netns.link_cut: tests/netns/run.sh (root + ip netns; skipped otherwise).
 find_package(Python3 COMPONENTS Interpreter)
 add_executable(failure_rank ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/failure_rank.cpp)
@@ -34,6 +36,22 @@ add_test(NAME multiproc.failure.soak.shm COMMAND ${PDCOLL_RUN} -n 4 --timeout 30
 set_tests_properties(multiproc.failure.soak.shm PROPERTIES
   ENVIRONMENT "PDCOLL_TRANSPORT=libfabric;PDCOLL_PROVIDER=shm;PDCOLL_TEST_OP_TIMEOUT_MS=30000"
   LABELS "multiproc;failure" TIMEOUT 320)
+
+# An abort on an idle rank reaches its peers at once, whoever drives progress.
+foreach(entry IN ITEMS "shm|libfabric|shm" "tcp|libfabric|tcp" "uring|uring|")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 what)
+  list(GET parts 1 transport)
+  list(GET parts 2 provider)
+  set(environment "PDCOLL_TRANSPORT=${transport}" "PDCOLL_TEST_OP_TIMEOUT_MS=30000")
+  if(provider)
+    list(APPEND environment "PDCOLL_PROVIDER=${provider}")
+  endif()
+  add_test(NAME multiproc.failure.abort_idle.${what}
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 60 $<TARGET_FILE:failure_rank> abort-idle 4)
+  set_tests_properties(multiproc.failure.abort_idle.${what} PROPERTIES
+    ENVIRONMENT "${environment}" LABELS "multiproc;failure" TIMEOUT 90)
+endforeach()
 
 add_test(NAME netns.link_cut COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/run.sh $<TARGET_FILE:failure_rank>)
 set_tests_properties(netns.link_cut PROPERTIES LABELS "netns;failure" TIMEOUT 600 SKIP_RETURN_CODE 77)

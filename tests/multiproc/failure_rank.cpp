@@ -63,11 +63,12 @@ std::error_code outcome(S&& sender) {
 // The all-reduce of iteration `it`, with an algorithm picked by `algo`.
 std::error_code all_reduce_with(pdcoll::communicator& comm, std::vector<float>& data, unsigned algo) {
   namespace algo_ns = pdcoll::algo;
-  switch (algo % 5) {
+  switch (algo % 6) {
     case 0: return outcome(pdcoll::all_reduce<algo_ns::ring>(comm, data));
     case 1: return outcome(pdcoll::all_reduce<algo_ns::recursive_doubling>(comm, data));
     case 2: return outcome(pdcoll::all_reduce<algo_ns::rabenseifner>(comm, data));
     case 3: return outcome(pdcoll::all_reduce<algo_ns::tree>(comm, data));
+    case 4: return outcome(pdcoll::all_reduce<algo_ns::shared_memory>(comm, data));
     default: return outcome(pdcoll::all_reduce(comm, data));
   }
 }
@@ -229,6 +230,35 @@ int run_plain(int iterations, double seconds) {
   return report.ok ? 0 : 1;
 }
 
+// Rank 0 aborts with nothing in flight and then leaves the communicator
+// alone (no operation, no progress) for `idle_s` seconds; every other rank's
+// all-reduce must end with aborted well before its deadline: the notices
+// must leave inside abort(), not whenever rank 0 next drives progress.
+int run_abort_idle(double idle_s) {
+  auto job = join();
+  auto& comm = job.comm();
+  const int rank = comm.rank();
+  survivor_report report;
+  if (rank == 0) {
+    comm.abort();
+    std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
+    report.failed = true;
+    report.code = "aborted here";
+  } else {
+    std::vector<float> data(1000, 1.0f);
+    const auto start = clock_type::now();
+    const auto ec = all_reduce_with(comm, data, 0);
+    const double took = ms_between(start, clock_type::now());
+    report.failed = true;
+    report.code = ec.message();
+    report.failed_after_ms = took;
+    if (ec != pdcoll::errc::aborted) report.fail("all_reduce ended with '" + ec.message() + "', not aborted");
+    if (took > 1500) report.fail("the abort notice took " + std::to_string(took) + " ms");
+  }
+  print(rank, report);
+  return report.ok ? 0 : 1;
+}
+
 long resident_pages() {
   std::ifstream statm("/proc/self/statm");
   long size = 0, resident = 0;
@@ -288,7 +318,7 @@ int run_soak(int iterations) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: failure_rank kill <seed> | run <iterations> [<seconds>] | soak <iterations>\n");
+    std::fprintf(stderr, "usage: failure_rank kill <seed> | run <iterations> [<seconds>] | soak <iterations> | abort-idle <seconds>\n");
     return 2;
   }
   const std::string what = argv[1];
@@ -296,6 +326,7 @@ int main(int argc, char** argv) {
     if (what == "kill") return run_kill(static_cast<unsigned>(std::strtoul(argv[2], nullptr, 10)));
     if (what == "run") return run_plain(std::atoi(argv[2]), argc > 3 ? std::atof(argv[3]) : 0.0);
     if (what == "soak") return run_soak(std::atoi(argv[2]));
+    if (what == "abort-idle") return run_abort_idle(std::atof(argv[2]));
   } catch (const std::system_error& e) {
     std::printf("RESULT ok=0 status=setup-error code='%s'\n", e.what());
     return 1;
