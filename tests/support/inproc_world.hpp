@@ -15,9 +15,11 @@ namespace pdcoll::testing {
 
 /// Runs body(comm) on `world_size` ranks in threads; rethrows the first
 /// exception a rank threw. Each rank's communicator lives for the call.
+/// `node_memory_bytes` > 0 gives the ranks node memory (as on shm).
 inline void run_inproc(int world_size, const std::function<void(communicator&)>& body,
-                       communicator_options options = {}) {
+                       communicator_options options = {}, std::size_t node_memory_bytes = 0) {
   auto fabric = transport::inproc::fabric::create(world_size);
+  if (node_memory_bytes) fabric->enable_node_memory(node_memory_bytes);
   std::vector<std::unique_ptr<communicator>> comms;
   for (int r = 0; r < world_size; ++r) comms.push_back(std::make_unique<communicator>(fabric->endpoint_for(r), options));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world_size));

@@ -20,6 +20,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
 namespace pdcoll::transport::inproc {
@@ -106,9 +107,24 @@ class fabric : public std::enable_shared_from_this<fabric> {
   }
   /// Number of ranks.
   int world_size() const noexcept { return world_size_; }
+  /// Gives the endpoints node memory (transport/node_memory.hpp) of `bytes`
+  /// per rank, zero-filled, as the shm transport has: threads stand in for
+  /// processes. Call before endpoint_for().
+  void enable_node_memory(std::size_t bytes) {
+    node_bytes_ = bytes;
+    regions_.clear();
+    for (int i = 0; i < world_size_; ++i) {
+      auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
+      std::memset(p, 0, bytes);
+      regions_.emplace_back(p);
+    }
+  }
 
  private:
   friend class inproc_endpoint;
+  struct region_deleter {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{4096}); }
+  };
   explicit fabric(int world_size) : world_size_(world_size) {
     for (int i = 0; i < world_size; ++i) {
       boxes_.push_back(std::make_unique<detail::mailbox>());
@@ -117,10 +133,12 @@ class fabric : public std::enable_shared_from_this<fabric> {
   }
   int world_size_;
   std::vector<std::unique_ptr<detail::mailbox>> boxes_;
+  std::size_t node_bytes_ = 0;
+  std::vector<std::unique_ptr<std::byte, region_deleter>> regions_;  // node memory, one per rank
 };
 
 /// One rank's endpoint on an inproc fabric.
-class inproc_endpoint final : public endpoint {
+class inproc_endpoint final : public endpoint, private node_memory {
  public:
   inproc_endpoint(std::shared_ptr<fabric> f, int rank) : fabric_(std::move(f)), rank_(rank) {}
 
@@ -251,8 +269,12 @@ class inproc_endpoint final : public endpoint {
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     auto& box = mine();
     std::unique_lock lock(box.mutex);
-    box.ready.wait_until(lock, deadline, [&] { return !box.completions.empty(); });
+    box.ready.wait_until(lock, deadline, [&] {
+      return !box.completions.empty() || (condition_.ready && condition_.ready(condition_.arg));
+    });
   }
+  node_memory* shared_node_memory() noexcept override { return fabric_->regions_.empty() ? nullptr : this; }
+  void set_wait_condition(wait_condition condition) noexcept override { condition_ = condition; }
 
   data_path path_for(memory_kind kind) const noexcept override {
     // Threads share one address space: host and emulated device memory are
@@ -274,9 +296,21 @@ class inproc_endpoint final : public endpoint {
     std::lock_guard lock(mine().mutex);
     return mine().closed;
   }
+  // node_memory (fabric::enable_node_memory)
+  std::byte* region(int rank) const noexcept override { return fabric_->regions_[static_cast<std::size_t>(rank)].get(); }
+  std::size_t region_bytes() const noexcept override { return fabric_->node_bytes_; }
+  // The waiter re-checks its condition under its mailbox's lock, so taking
+  // that lock here orders this wake after the flag it announces.
+  void wake(int rank) noexcept override {
+    auto& box = *fabric_->boxes_[static_cast<std::size_t>(rank)];
+    std::lock_guard lock(box.mutex);
+    box.ready.notify_all();
+  }
+
   std::shared_ptr<fabric> fabric_;
   int rank_;
   std::vector<detail::queued_completion> ready_;
+  wait_condition condition_;
 };
 
 inline std::unique_ptr<endpoint> fabric::endpoint_for(int rank) {

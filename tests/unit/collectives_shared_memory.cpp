@@ -1,0 +1,154 @@
+// algo::shared_memory and the signature check through node memory, over
+// inproc with node memory (threads stand in for the shm ranks; this is the
+// suite ThreadSanitizer runs on them).
+#include <doctest/doctest.h>
+
+#include <pdcoll/pdcoll.hpp>
+#include <support/inproc_world.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+namespace ex = pdcoll::exec;
+using namespace std::chrono_literals;
+
+// Small regions: a slot of 30 KiB, so a few thousand floats take several chunks.
+constexpr std::size_t region_bytes = 4096 + 2 * 30 * 1024;
+
+float contribution(int rank, std::size_t i, std::uint64_t salt) {
+  return static_cast<float>((static_cast<std::uint64_t>(rank) * 7919 + i * 31 + salt * 17) % 1000) / 7.0f;
+}
+
+// What every rank must get: contributions combined in rank order, which is
+// the order shared_memory reduces in (so float results are exact).
+std::vector<float> expected_sum(int P, std::size_t n, std::uint64_t salt) {
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    float acc = contribution(0, i, salt);
+    for (int r = 1; r < P; ++r) acc += contribution(r, i, salt);
+    out[i] = acc;
+  }
+  return out;
+}
+
+std::error_code outcome_of(pdcoll::collective_sender s) {
+  try {
+    ex::sync_wait(std::move(s));
+  } catch (const std::system_error& e) {
+    return e.code();
+  }
+  return {};
+}
+
+pdcoll::communicator_options quick(std::chrono::milliseconds timeout) {
+  pdcoll::communicator_options o;
+  o.timeout = timeout;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("shared_memory all-reduce: exact rank-order float sums and int32 max, in and out of place, 1 to 8 ranks") {
+  for (int P : {1, 2, 3, 5, 8}) {
+    CAPTURE(P);
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      CHECK(comm.endpoint().shared_node_memory() != nullptr);
+      const int r = comm.rank();
+      std::uint64_t salt = 0;
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t(P - 1 > 0 ? P - 1 : 0), std::size_t(P + 1),
+                            std::size_t{20000}}) {
+        for (bool in_place : {true, false}) {
+          ++salt;
+          std::vector<float> in(n), out(n, -1.0f);
+          for (std::size_t i = 0; i < n; ++i) in[i] = contribution(r, i, salt);
+          auto ec = in_place ? outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, in))
+                             : outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(
+                                   comm, std::span<const float>(in), out));
+          const auto& got = in_place ? in : out;
+          const bool right = !ec && got == expected_sum(P, n, salt);
+          std::vector<std::int32_t> m(n);
+          for (std::size_t i = 0; i < n; ++i) m[i] = static_cast<std::int32_t>((i * 13 + static_cast<std::size_t>(r) * 101) % 977);
+          auto ec2 = outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, m, pdcoll::op::max));
+          bool max_right = !ec2;
+          for (std::size_t i = 0; i < n && max_right; ++i) {
+            std::int32_t want = 0;
+            for (int q = 0; q < P; ++q) want = std::max(want, static_cast<std::int32_t>((i * 13 + static_cast<std::size_t>(q) * 101) % 977));
+            max_right = m[i] == want;
+          }
+          if (!right || !max_right) {
+            std::lock_guard lock(failures_mutex);
+            failures.push_back("rank " + std::to_string(r) + " n=" + std::to_string(n) + (in_place ? " in place" : "") +
+                               (ec ? " " + ec.message() : "") + (right ? "" : " sum wrong") + (max_right ? "" : " max wrong"));
+          }
+        }
+      }
+    }, {}, region_bytes);
+    for (const auto& f : failures) MESSAGE(f);
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("shared_memory all-reduces in flight together interleave their chunks correctly") {
+  const int P = 3;
+  std::mutex failures_mutex;
+  int wrong = 0;
+  pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+    const int r = comm.rank();
+    for (int round = 0; round < 5; ++round) {
+      const std::array<std::size_t, 4> n{9000, 1, 30000, 0};
+      std::array<std::vector<float>, 4> b;
+      for (std::size_t k = 0; k < 4; ++k) {
+        b[k].resize(n[k]);
+        for (std::size_t i = 0; i < n[k]; ++i) b[k][i] = contribution(r, i, 100 + k + 10 * static_cast<std::uint64_t>(round));
+      }
+      namespace algo = pdcoll::algo;
+      ex::sync_wait(ex::when_all(pdcoll::all_reduce<algo::shared_memory>(comm, b[0]),
+                                 pdcoll::all_reduce<algo::shared_memory>(comm, b[1]),
+                                 pdcoll::all_reduce<algo::ring>(comm, b[2]),
+                                 pdcoll::all_reduce<algo::shared_memory>(comm, b[3])));
+      for (std::size_t k : {0u, 1u, 3u}) {
+        if (b[k] != expected_sum(P, n[k], 100 + k + 10 * static_cast<std::uint64_t>(round))) {
+          std::lock_guard lock(failures_mutex);
+          ++wrong;
+        }
+      }
+    }
+  }, {}, region_bytes);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("with node memory, a rank calling broadcast while the others all-reduce fails every rank with collective_mismatch") {
+  std::mutex m;
+  std::vector<std::error_code> codes;
+  pdcoll::testing::run_inproc(3, [&](pdcoll::communicator& comm) {
+    std::vector<float> data(100, 1.0f);
+    auto ec = comm.rank() == 1 ? outcome_of(pdcoll::broadcast(comm, data, 0))
+                               : outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data));
+    std::lock_guard lock(m);
+    codes.push_back(ec);
+  }, quick(10s), region_bytes);
+  REQUIRE(codes.size() == 3);
+  for (auto ec : codes) CHECK(ec == pdcoll::errc::collective_mismatch);
+}
+
+TEST_CASE("a shared_memory all-reduce whose peer never joins times out, and later operations fail at once") {
+  pdcoll::testing::run_inproc(2, [&](pdcoll::communicator& comm) {
+    if (comm.rank() == 1) return;  // never joins
+    std::vector<float> data(5000, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data)) == pdcoll::errc::timeout);
+    CHECK(std::chrono::steady_clock::now() - start < 2s);
+    CHECK(outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data)) == pdcoll::errc::aborted);
+  }, quick(300ms), region_bytes);
+}
