@@ -226,9 +226,14 @@ class communicator final : private exec::progress_driver {
     const auto until = start + std::chrono::seconds(1);
     while ((control_posted_ || active_ || notices_in_flight_) && std::chrono::steady_clock::now() < until) {
       std::lock_guard lock(mutex_);
+      const bool was_driving = std::exchange(driving_, true);
       if (!endpoint_closed_ && std::chrono::steady_clock::now() >= start + options_.abort_grace) close_endpoint_locked();
-      if (endpoint_->progress() == 0) endpoint_->wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      if (endpoint_->progress() + poll_operations() == 0)
+        endpoint_->wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      driving_ = was_driving;
     }
+    // The endpoint outlives this object (it is destroyed last) and may still wait.
+    endpoint_->set_wait_condition({});
     if (driver_registered_) exec::progress_drivers::unregister_driver(this);
     cache_.reset();  // deregisters before the endpoint closes
   }
@@ -277,14 +282,7 @@ class communicator final : private exec::progress_driver {
   void abort(std::error_code reason = make_error_code(errc::aborted)) {
     std::lock_guard lock(mutex_);
     abort_locked(reason, true);
-    if (driving_) return;  // called from a completion: the driving thread sends them
-    const auto until = std::chrono::steady_clock::now() + options_.abort_grace;
-    driving_ = true;
-    while (notices_in_flight_ > 0 && std::chrono::steady_clock::now() < until) {
-      if (endpoint_->progress() + poll_operations() == 0)
-        endpoint_->wait(std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
-    }
-    driving_ = false;
+    if (!driving_) flush_abort_notices();  // from a completion: the driving thread flushes them when it is done
   }
   /// True once an abort closed the endpoint's data path (see the file comment).
   bool data_path_closed() const {
@@ -301,11 +299,17 @@ class communicator final : private exec::progress_driver {
       std::this_thread::yield();
       return false;
     }
-    driving_ = true;
+    // Completions may run from here on; the outermost drive flushes the
+    // notices of an abort that one of them made (see abort()).
+    const bool outermost = !std::exchange(driving_, true);
     struct end_of_drive {
-      bool& flag;
-      ~end_of_drive() { flag = false; }
-    } ending{driving_};
+      communicator& self;
+      bool outermost;
+      ~end_of_drive() {
+        self.driving_ = !outermost;
+        if (outermost) self.flush_abort_notices();
+      }
+    } ending{*this, outermost};
     service_stop_requests();
     std::size_t n = endpoint_->progress() + poll_operations();
     check_deadlines();
@@ -537,14 +541,34 @@ class communicator final : private exec::progress_driver {
   }
 
   // Resumes what active operations wait for in shared memory. Under the lock.
+  // A resumed operation may end, and its completion may end others (nested
+  // driving): after each resume the walk starts over from the list's head.
   std::size_t poll_operations() noexcept {
     std::size_t n = 0;
     for (auto* op = active_; op;) {
-      auto* next = op->next_active;  // poll() may end and unlink op
-      n += op->poll();
-      op = next;
+      if (op->poll() == 0) {
+        op = op->next_active;
+        continue;
+      }
+      ++n;
+      op = active_;
     }
     return n;
+  }
+
+  // Drives the endpoint until the abort notices have left, at most until
+  // abort_grace after the abort, when the data path closes under whatever
+  // is left (a notice to a dead peer). Under the lock, outside any completion.
+  void flush_abort_notices() noexcept {
+    if (!aborted() || notices_in_flight_ == 0 || endpoint_closed_) return;
+    const bool was_driving = std::exchange(driving_, true);
+    const auto until = abort_time_ + options_.abort_grace;
+    while (notices_in_flight_ > 0 && std::chrono::steady_clock::now() < until) {
+      if (endpoint_->progress() + poll_operations() == 0)
+        endpoint_->wait(std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
+    }
+    close_if_stuck();
+    driving_ = was_driving;
   }
   // The endpoint's wait condition: some operation's poll() would run (called
   // from inside endpoint_->wait(), under the lock).
@@ -650,7 +674,7 @@ class communicator final : private exec::progress_driver {
   bool control_posted_ = false;
   std::vector<notice_context> notices_;
   int notices_in_flight_ = 0;
-  bool driving_ = false;  // a thread is inside drive() (or abort()'s flush): completions may run
+  bool driving_ = false;  // a thread is inside drive(), a flush or the destructor's drain: completions may run
   std::thread progress_thread_;
   std::atomic<bool> stop_thread_{false};
 };

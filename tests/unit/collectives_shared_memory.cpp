@@ -5,6 +5,7 @@
 
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
+#include <unit/exec_support.hpp>
 
 #include <algorithm>
 #include <array>
@@ -21,8 +22,9 @@ namespace {
 namespace ex = pdcoll::exec;
 using namespace std::chrono_literals;
 
-// Small regions: a slot of 30 KiB, so a few thousand floats take several chunks.
-constexpr std::size_t region_bytes = 4096 + 2 * 30 * 1024;
+// Small regions: slots of 28 KiB after the 8 KiB of flags, so a few thousand
+// floats take several chunks.
+constexpr std::size_t region_bytes = 8192 + 2 * 28 * 1024;
 
 float contribution(int rank, std::size_t i, std::uint64_t salt) {
   return static_cast<float>((static_cast<std::uint64_t>(rank) * 7919 + i * 31 + salt * 17) % 1000) / 7.0f;
@@ -151,4 +153,34 @@ TEST_CASE("a shared_memory all-reduce whose peer never joins times out, and late
     CHECK(std::chrono::steady_clock::now() - start < 2s);
     CHECK(outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data)) == pdcoll::errc::aborted);
   }, quick(300ms), region_bytes);
+}
+
+TEST_CASE("a communicator destroyed under a pending all-reduce on node memory completes it with aborted, at once") {
+  for (bool shared : {true, false}) {  // shared_memory's flags, or only the signature check's
+    CAPTURE(shared);
+    auto fabric = pdcoll::transport::inproc::fabric::create(2);
+    fabric->enable_node_memory(region_bytes);
+    auto comm = std::make_unique<pdcoll::communicator>(fabric->endpoint_for(0), quick(10s));
+    pdcoll::communicator absent(fabric->endpoint_for(1), quick(10s));  // never joins
+    std::vector<float> data(5000, 1.0f);
+    ex::test::record rec;
+    auto sender = shared ? pdcoll::all_reduce<pdcoll::algo::shared_memory>(*comm, data)
+                         : pdcoll::all_reduce<pdcoll::algo::ring>(*comm, data);
+    auto op = ex::connect(std::move(sender), ex::test::recording_receiver{&rec});
+    ex::start(op);
+    const auto start = std::chrono::steady_clock::now();
+    comm.reset();
+    CHECK(std::chrono::steady_clock::now() - start < 500ms);
+    CHECK(rec.done.load());
+    CHECK(rec.error == pdcoll::errc::aborted);
+  }
+}
+
+TEST_CASE("node memory smaller than min_node_memory_bytes is not offered, and shared_memory runs the ring") {
+  pdcoll::testing::run_inproc(2, [](pdcoll::communicator& comm) {
+    CHECK(comm.endpoint().shared_node_memory() == nullptr);
+    std::vector<float> data(1000, 1.0f);
+    ex::sync_wait(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data));
+    CHECK(data[999] == 2.0f);
+  }, {}, pdcoll::transport::min_node_memory_bytes - 1);
 }

@@ -85,7 +85,8 @@ struct shared_memory {
   /// All-reduce of ctx.input into ctx.output.
   static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || ctx.world_size == 1) return ring::all_reduce(ctx);
+    if (!node || ctx.world_size == 1 || detail::node_step::slot_bytes(*node) < ctx.element_size)
+      return ring::all_reduce(ctx);
     return through(ctx, *node);
   }
 

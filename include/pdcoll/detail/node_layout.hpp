@@ -17,7 +17,7 @@ namespace pdcoll::detail {
 
 /// Entries of the signature-check ring (collective_operation.hpp): how many
 /// collectives a rank may start ahead of its right neighbour's checks.
-inline constexpr std::size_t node_check_entries = 64;
+inline constexpr std::size_t node_check_entries = 256;
 
 /// The flags at the start of each rank's region.
 struct node_flags {
@@ -39,8 +39,9 @@ struct node_flags {
 };
 
 /// Offset of the all-reduce's first slot in a region.
-inline constexpr std::size_t node_slot_offset = 4096;
+inline constexpr std::size_t node_slot_offset = 8192;
 static_assert(sizeof(node_flags) <= node_slot_offset);
+static_assert(node_slot_offset + 2 * 4096 <= transport::min_node_memory_bytes, "two slots of at least a page");
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free, "node memory flags need lock-free atomics");
 
 /// Rank `rank`'s flags.

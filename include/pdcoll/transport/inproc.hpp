@@ -109,10 +109,12 @@ class fabric : public std::enable_shared_from_this<fabric> {
   int world_size() const noexcept { return world_size_; }
   /// Gives the endpoints node memory (transport/node_memory.hpp) of `bytes`
   /// per rank, zero-filled, as the shm transport has: threads stand in for
-  /// processes. Call before endpoint_for().
+  /// processes. Call before endpoint_for(). Sizes below
+  /// min_node_memory_bytes give none, as on shm.
   void enable_node_memory(std::size_t bytes) {
-    node_bytes_ = bytes;
     regions_.clear();
+    if (bytes < min_node_memory_bytes) return;
+    node_bytes_ = bytes;
     for (int i = 0; i < world_size_; ++i) {
       auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
       std::memset(p, 0, bytes);

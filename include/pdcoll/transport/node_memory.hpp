@@ -14,6 +14,9 @@
 
 namespace pdcoll::transport {
 
+/// Transports offer no node memory with regions smaller than this.
+inline constexpr std::size_t min_node_memory_bytes = std::size_t{16} << 10;
+
 /// Regions of shared memory, one per rank, mapped by every rank of the job.
 class node_memory {
  public:

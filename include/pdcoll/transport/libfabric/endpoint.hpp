@@ -133,9 +133,10 @@ struct options {
   /// and on shm (which has none) a doorbell in shared memory that peers ring.
   bool use_wait_fd = true;
   /// Bytes of each rank's node memory region on shm (transport/node_memory.hpp,
-  /// used by the shared-memory all-reduce); 0 turns node memory off, and so
-  /// does PDCOLL_SHM_COLLECTIVES=0. Same on all ranks.
-  std::size_t node_memory_bytes = (std::size_t{2} << 20) + 4096;
+  /// used by the shared-memory all-reduce); less than min_node_memory_bytes
+  /// (0, say) turns node memory off, and so does PDCOLL_SHM_COLLECTIVES=0.
+  /// Same on all ranks.
+  std::size_t node_memory_bytes = (std::size_t{2} << 20) + 8192;
   /// How long wait() polls before it sleeps (on the CQ's fd, or on shm's doorbell).
   std::chrono::microseconds poll_before_sleep{20};
   /// How long a post may meet -FI_EAGAIN before it ends with
@@ -315,6 +316,16 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // Before the process's first fi_getinfo: see the file comment.
     ::setenv("FI_MR_CACHE_MAX_COUNT", "0", /*overwrite=*/0);
     choose(exchange);
+    if (provider_.rfind("tcp", 0) == 0) {
+      // Before the first fi_getinfo, as above. tcp;ofi_rxm sends messages
+      // above its 16 KiB eager limit by segmentation or by rendezvous, and in
+      // 1.17 either costs about 2 ms per message here (64 KiB to 1 MiB
+      // messages: 2.3–2.8 ms against 40–250 us eager, pdcoll-bench, 2
+      // ranks). Over tcp the eager limit may exceed rxm's 16 KiB bounce
+      // buffers (fi_rxm(7)); 16 MiB keeps an unexpected message's buffering
+      // bounded while the sweep's every size up to 16 MiB goes eager.
+      ::setenv("FI_OFI_RXM_EAGER_LIMIT", "16777216", /*overwrite=*/0);
+    }
     try {
       open_objects();
       connect_peers(exchange);
@@ -1109,7 +1120,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     }
     own_bell_.create(opts_.use_wait_fd);
     const char* collectives_env = std::getenv("PDCOLL_SHM_COLLECTIVES");
-    if (opts_.node_memory_bytes && !(collectives_env && std::string(collectives_env) == "0"))
+    if (opts_.node_memory_bytes >= min_node_memory_bytes && !(collectives_env && std::string(collectives_env) == "0"))
       node_regions_.create(rank_, world_size_, opts_.node_memory_bytes);
     const std::string mine = std::to_string(::getpid()) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
