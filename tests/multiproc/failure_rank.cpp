@@ -239,6 +239,11 @@ int run_abort_idle(double idle_s) {
   auto& comm = job.comm();
   const int rank = comm.rank();
   survivor_report report;
+  // One collective first, so that the abort meets a job in full swing (with
+  // libfabric tcp's connections up) rather than one still connecting.
+  std::vector<float> warm(1000, 1.0f);
+  if (auto ec = all_reduce_with(comm, warm, 0)) report.fail("the first all_reduce failed: " + ec.message());
+  job.store().barrier();  // every rank has finished it before rank 0 aborts
   if (rank == 0) {
     comm.abort();
     std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
