@@ -352,7 +352,8 @@ TEST_CASE("an idle shm rank sleeps on its doorbell and a peer's send rings it") 
     check(fep.has_doorbell() == shm, "a doorbell on shm only");
     std::uint64_t value = 0;
     recorded_op op;
-    for (int round = 0; round < 5; ++round) {
+    const int rounds = 8;
+    for (int round = 0; round < rounds; ++round) {
       if (rank == 0) {
         ex("ready");
         std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the receiver is asleep by now
@@ -368,9 +369,12 @@ TEST_CASE("an idle shm rank sleeps on its doorbell and a peer's send rings it") 
       op = recorded_op{};
     }
     // The receiver sleeps on its doorbell (1 ms at a time) while the sender
-    // waits, so the sends end such sleeps with a ring (one may land between
-    // two sleeps, where polling finds it; without rings none would count).
-    if (shm && rank == 1) check(fep.doorbell_wakeups() >= 3, "woken by rings: " + std::to_string(fep.doorbell_wakeups()));
+    // waits, so the sends end such sleeps with a ring. Under load a send may
+    // land between two sleeps, where polling finds it (a loaded CI run once
+    // counted 2 of 5), so a quarter of the rounds is asked for; without
+    // rings none would count.
+    if (shm && rank == 1)
+      check(fep.doorbell_wakeups() >= rounds / 4, "woken by rings: " + std::to_string(fep.doorbell_wakeups()));
     ex("done");
     return check.failures ? 1 : 0;
   });
