@@ -228,8 +228,7 @@ class communicator final : private exec::progress_driver {
       std::lock_guard lock(mutex_);
       const bool was_driving = std::exchange(driving_, true);
       if (!endpoint_closed_ && std::chrono::steady_clock::now() >= start + options_.abort_grace) close_endpoint_locked();
-      if (endpoint_->progress() + poll_operations() == 0)
-        endpoint_->wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      drain_step(std::chrono::steady_clock::time_point::max());
       driving_ = was_driving;
     }
     // The endpoint outlives this object (it is destroyed last) and may still wait.
@@ -311,7 +310,7 @@ class communicator final : private exec::progress_driver {
       }
     } ending{*this, outermost};
     service_stop_requests();
-    std::size_t n = endpoint_->progress() + poll_operations();
+    std::size_t n = run_completions();
     check_deadlines();
     close_if_stuck();
     if (n == 0) {
@@ -319,7 +318,7 @@ class communicator final : private exec::progress_driver {
       auto limit = std::min(until, earliest_deadline_locked());
       if (limit > now) {
         endpoint_->wait(limit);
-        n = endpoint_->progress() + poll_operations();
+        n = run_completions();
         check_deadlines();
         close_if_stuck();
       }
@@ -556,6 +555,19 @@ class communicator final : private exec::progress_driver {
     return n;
   }
 
+  // Runs what completed: the endpoint's completions, then what operations
+  // wait for in shared memory. Under the lock.
+  std::size_t run_completions() noexcept {
+    const std::size_t n = endpoint_->progress();
+    return n + poll_operations();
+  }
+  // One round of a drain (destructor, abort flush): runs what completed, or
+  // waits for at most 1 ms (and not past `limit`) when nothing did.
+  void drain_step(std::chrono::steady_clock::time_point limit) noexcept {
+    if (run_completions() == 0)
+      endpoint_->wait(std::min(limit, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
+  }
+
   // Drives the endpoint until the abort notices have left, at most until
   // abort_grace after the abort, when the data path closes under whatever
   // is left (a notice to a dead peer). Under the lock, outside any completion.
@@ -563,10 +575,7 @@ class communicator final : private exec::progress_driver {
     if (!aborted() || notices_in_flight_ == 0 || endpoint_closed_) return;
     const bool was_driving = std::exchange(driving_, true);
     const auto until = abort_time_ + options_.abort_grace;
-    while (notices_in_flight_ > 0 && std::chrono::steady_clock::now() < until) {
-      if (endpoint_->progress() + poll_operations() == 0)
-        endpoint_->wait(std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
-    }
+    while (notices_in_flight_ > 0 && std::chrono::steady_clock::now() < until) drain_step(until);
     close_if_stuck();
     driving_ = was_driving;
   }
