@@ -203,6 +203,7 @@ TEST_CASE("all_reduce with every algorithm matches the reference for float, bflo
   all_reduce_matrix<algo::tree>(f, salt);
   all_reduce_matrix<algo::direct>(f, salt);
   all_reduce_matrix<algo::shared_memory>(f, salt);
+  all_reduce_matrix<algo::shared_memory_scatter>(f, salt);
   all_reduce_matrix<algo::automatic>(f, salt);
 }
 
@@ -351,7 +352,7 @@ TEST_CASE("eight all-reduces of different buckets in flight at once under when_a
   }
 }
 
-TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix, and concurrent multi-chunk all-reduces") {
+TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix for both shared-memory algorithms, and concurrent multi-chunk all-reduces") {
   failures f;
   auto& comm = world();
   const int P = comm.world_size(), r = comm.rank();
@@ -361,6 +362,7 @@ TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix, 
     f.add(std::string("node memory ") + (expected ? "missing" : "present") + " on " + comm.transport_name());
   std::uint64_t salt = 500;
   all_reduce_matrix<algo::shared_memory>(f, salt);
+  all_reduce_matrix<algo::shared_memory_scatter>(f, salt);
   // Chunks of several collectives interleave: buckets of up to three 1 MiB slots, all in flight.
   const std::array<std::size_t, 4> n{600000, 1, 262145, 0};
   for (int round = 0; round < 3; ++round) {
@@ -369,11 +371,11 @@ TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix, 
     auto b1 = make_input<std::int32_t>(s + 1, r, n[1], false);
     auto b2 = make_input<std::int32_t>(s + 2, r, n[2], false);
     auto b3 = make_input<float>(s + 3, r, n[3], false);
-    auto step = ex::when_all(all_reduce<algo::shared_memory>(comm, b0, op::sum),
+    auto step = ex::when_all(all_reduce<algo::shared_memory_scatter>(comm, b0, op::sum),
                              all_reduce<algo::shared_memory>(comm, b1, op::max),
                              all_reduce<algo::shared_memory>(comm, b2, op::sum),
-                             all_reduce<algo::shared_memory>(comm, b3, op::sum));
-    if (!run(f, "when_all of 4 shared_memory all-reduces", std::move(step))) return;
+                             all_reduce<algo::shared_memory_scatter>(comm, b3, op::sum));
+    if (!run(f, "when_all of 4 shared-memory all-reduces", std::move(step))) return;
     std::string msg = check_reduced<float, op::sum_t>(b0.data(), n[0], s + 0, P);
     if (msg.empty()) msg = check_reduced<std::int32_t, op::max_t>(b1.data(), n[1], s + 1, P);
     if (msg.empty()) msg = check_reduced<std::int32_t, op::sum_t>(b2.data(), n[2], s + 2, P);

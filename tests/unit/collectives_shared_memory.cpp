@@ -1,4 +1,5 @@
-// algo::shared_memory and the signature check through node memory, over
+// algo::shared_memory, algo::shared_memory_scatter and the signature check
+// through node memory, over
 // inproc with node memory (threads stand in for the shm ranks; this is the
 // suite ThreadSanitizer runs on them).
 #include <doctest/doctest.h>
@@ -31,7 +32,7 @@ float contribution(int rank, std::size_t i, std::uint64_t salt) {
 }
 
 // What every rank must get: contributions combined in rank order, which is
-// the order shared_memory reduces in (so float results are exact).
+// the order both shared-memory algorithms reduce in (so float results are exact).
 std::vector<float> expected_sum(int P, std::size_t n, std::uint64_t salt) {
   std::vector<float> out(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -59,7 +60,8 @@ pdcoll::communicator_options quick(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-TEST_CASE("shared_memory all-reduce: exact rank-order float sums and int32 max, in and out of place, 1 to 8 ranks") {
+TEST_CASE_TEMPLATE("shared-memory all-reduce: exact rank-order float sums and int32 max, in and out of place, 1 to 8 ranks",
+                   Algo, pdcoll::algo::shared_memory, pdcoll::algo::shared_memory_scatter) {
   for (int P : {1, 2, 3, 5, 8}) {
     CAPTURE(P);
     std::mutex failures_mutex;
@@ -68,20 +70,20 @@ TEST_CASE("shared_memory all-reduce: exact rank-order float sums and int32 max, 
       CHECK(comm.endpoint().shared_node_memory() != nullptr);
       const int r = comm.rank();
       std::uint64_t salt = 0;
+      // 7169: one element more than a chunk, so the last chunk has fewer elements than ranks.
       for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t(P - 1 > 0 ? P - 1 : 0), std::size_t(P + 1),
-                            std::size_t{20000}}) {
+                            std::size_t{7169}, std::size_t{20000}}) {
         for (bool in_place : {true, false}) {
           ++salt;
           std::vector<float> in(n), out(n, -1.0f);
           for (std::size_t i = 0; i < n; ++i) in[i] = contribution(r, i, salt);
-          auto ec = in_place ? outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, in))
-                             : outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(
-                                   comm, std::span<const float>(in), out));
+          auto ec = in_place ? outcome_of(pdcoll::all_reduce<Algo>(comm, in))
+                             : outcome_of(pdcoll::all_reduce<Algo>(comm, std::span<const float>(in), out));
           const auto& got = in_place ? in : out;
           const bool right = !ec && got == expected_sum(P, n, salt);
           std::vector<std::int32_t> m(n);
           for (std::size_t i = 0; i < n; ++i) m[i] = static_cast<std::int32_t>((i * 13 + static_cast<std::size_t>(r) * 101) % 977);
-          auto ec2 = outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, m, pdcoll::op::max));
+          auto ec2 = outcome_of(pdcoll::all_reduce<Algo>(comm, m, pdcoll::op::max));
           bool max_right = !ec2;
           for (std::size_t i = 0; i < n && max_right; ++i) {
             std::int32_t want = 0;
@@ -101,16 +103,16 @@ TEST_CASE("shared_memory all-reduce: exact rank-order float sums and int32 max, 
   }
 }
 
-TEST_CASE("shared_memory all-reduces in flight together interleave their chunks correctly") {
+TEST_CASE("shared_memory and shared_memory_scatter all-reduces in flight together interleave their chunks correctly") {
   const int P = 3;
   std::mutex failures_mutex;
   int wrong = 0;
   pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
     const int r = comm.rank();
     for (int round = 0; round < 5; ++round) {
-      const std::array<std::size_t, 4> n{9000, 1, 30000, 0};
-      std::array<std::vector<float>, 4> b;
-      for (std::size_t k = 0; k < 4; ++k) {
+      const std::array<std::size_t, 6> n{9000, 1, 30000, 0, 20000, 2};
+      std::array<std::vector<float>, 6> b;
+      for (std::size_t k = 0; k < b.size(); ++k) {
         b[k].resize(n[k]);
         for (std::size_t i = 0; i < n[k]; ++i) b[k][i] = contribution(r, i, 100 + k + 10 * static_cast<std::uint64_t>(round));
       }
@@ -118,8 +120,10 @@ TEST_CASE("shared_memory all-reduces in flight together interleave their chunks 
       ex::sync_wait(ex::when_all(pdcoll::all_reduce<algo::shared_memory>(comm, b[0]),
                                  pdcoll::all_reduce<algo::shared_memory>(comm, b[1]),
                                  pdcoll::all_reduce<algo::ring>(comm, b[2]),
-                                 pdcoll::all_reduce<algo::shared_memory>(comm, b[3])));
-      for (std::size_t k : {0u, 1u, 3u}) {
+                                 pdcoll::all_reduce<algo::shared_memory>(comm, b[3]),
+                                 pdcoll::all_reduce<algo::shared_memory_scatter>(comm, b[4]),
+                                 pdcoll::all_reduce<algo::shared_memory_scatter>(comm, b[5])));
+      for (std::size_t k : {0u, 1u, 3u, 4u, 5u}) {
         if (b[k] != expected_sum(P, n[k], 100 + k + 10 * static_cast<std::uint64_t>(round))) {
           std::lock_guard lock(failures_mutex);
           ++wrong;
@@ -144,14 +148,15 @@ TEST_CASE("with node memory, a rank calling broadcast while the others all-reduc
   for (auto ec : codes) CHECK(ec == pdcoll::errc::collective_mismatch);
 }
 
-TEST_CASE("a shared_memory all-reduce whose peer never joins times out, and later operations fail at once") {
+TEST_CASE_TEMPLATE("a shared-memory all-reduce whose peer never joins times out, and later operations fail at once", Algo,
+                   pdcoll::algo::shared_memory, pdcoll::algo::shared_memory_scatter) {
   pdcoll::testing::run_inproc(2, [&](pdcoll::communicator& comm) {
     if (comm.rank() == 1) return;  // never joins
     std::vector<float> data(5000, 1.0f);
     const auto start = std::chrono::steady_clock::now();
-    CHECK(outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data)) == pdcoll::errc::timeout);
+    CHECK(outcome_of(pdcoll::all_reduce<Algo>(comm, data)) == pdcoll::errc::timeout);
     CHECK(std::chrono::steady_clock::now() - start < 2s);
-    CHECK(outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data)) == pdcoll::errc::aborted);
+    CHECK(outcome_of(pdcoll::all_reduce<Algo>(comm, data)) == pdcoll::errc::aborted);
   }, quick(300ms), region_bytes);
 }
 

@@ -12,7 +12,8 @@
 // tests in tests/unit/model_*.cpp keep these constants and the model in step.
 //
 // PDCOLL_ALGO=<name> forces one of the algorithms compiled in (ring,
-// recursive_doubling, rabenseifner, tree, direct) for experiments; every rank
+// recursive_doubling, rabenseifner, tree, direct, shared_memory,
+// shared_memory_scatter) for experiments; every rank
 // must set the same value. Any other value completes every automatic
 // all-reduce with errc::invalid_argument (nothing is sent).
 #pragma once
@@ -36,15 +37,16 @@ inline constexpr std::size_t automatic_latency_threshold = std::size_t{256} << 1
 /// Threshold (bytes) from which automatic uses the ring.
 inline constexpr std::size_t automatic_bandwidth_threshold = std::size_t{1} << 20;
 
-/// Bytes up to which automatic uses shared_memory on more than two ranks
-/// where the transport has node memory (ranks on one host over libfabric
-/// shm); two ranks use it at every size. Measured on the reference machine
-/// (pdcoll-bench, float sum, against PDCOLL_SHM_COLLECTIVES=0): on 2 ranks
-/// 1.5–2× faster from 8 B to 512 KiB, even at 1–4 MiB, and 1.6–2.3× from
-/// 16 MiB up, where the single-copy rendezvous pays for pinning pages; on 4
-/// ranks (on 2 cores) 2–2.5× up to 32 KiB, even around 256 KiB–1 MiB, where
-/// each rank reading all four contributions starts to cost.
-inline constexpr std::size_t automatic_shared_memory_threshold = std::size_t{256} << 10;
+/// Where the transport has node memory (ranks on one host over libfabric
+/// shm), automatic uses shared_memory below this many bytes and
+/// shared_memory_scatter from it up. Measured on the reference machine
+/// (pdcoll-bench, float sum, in place, PDCOLL_ALGO forcing each): the two
+/// tie up to 16 KiB on 2 and 4 ranks (scatter's second handshake costs what
+/// its smaller reduction saves); from 64 KiB scatter is ahead, 1.7× at
+/// 1–4 MiB on 2 ranks (14 against 8 GB/s bus bandwidth) and 1.2× from
+/// 16 MiB; on 4 ranks (on 2 cores) 2–3× at 256 KiB–4 MiB against the
+/// message algorithms and even with the ring from 16 MiB.
+inline constexpr std::size_t automatic_scatter_threshold = std::size_t{32} << 10;
 
 /// Small messages by recursive doubling (latency: log2 P steps), mid sizes
 /// by Rabenseifner (ring bandwidth in log-many steps), large by the ring.
@@ -71,6 +73,7 @@ struct automatic {
     if (!std::strcmp(v, tree::name)) return {&tree::all_reduce};
     if (!std::strcmp(v, direct::name)) return {&direct::all_reduce};
     if (!std::strcmp(v, shared_memory::name)) return {&shared_memory::all_reduce};
+    if (!std::strcmp(v, shared_memory_scatter::name)) return {&shared_memory_scatter::all_reduce};
     return {nullptr, true};
   }
 
@@ -86,8 +89,10 @@ struct automatic {
     const auto f = forced();
     if (f.invalid) return rejected();
     if (f.algorithm) return f.algorithm(ctx);
-    if (ctx.node_memory() && (ctx.world_size == 2 || ctx.bytes(ctx.count) <= automatic_shared_memory_threshold))
-      return shared_memory::all_reduce(ctx);
+    if (ctx.node_memory()) {
+      return ctx.bytes(ctx.count) < automatic_scatter_threshold ? shared_memory::all_reduce(ctx)
+                                                                 : shared_memory_scatter::all_reduce(ctx);
+    }
     return automatic_by_size::all_reduce(ctx);
   }
 

@@ -1,5 +1,7 @@
-// File: algorithm/shared_memory.hpp — all-reduce through memory that every
-// rank maps (transport/node_memory.hpp), for ranks on one host.
+// File: algorithm/shared_memory.hpp — all-reduces through memory that every
+// rank maps (transport/node_memory.hpp), for ranks on one host:
+// shared_memory (one reduction of everything, for latency) and
+// shared_memory_scatter (a reduce-scatter and an all-gather, for bandwidth).
 //
 // Every rank copies its contribution into its own region, raises a flag,
 // waits for every rank's flag, then reduces all contributions in rank order
@@ -27,6 +29,16 @@
 // After each store it wakes peers that sleep in their endpoint's wait().
 // A rank that dies leaves its flags where they were: the survivors' waits
 // end with the collective's deadline, like a lost message.
+//
+// shared_memory_scatter, for larger buffers, splits each chunk into P
+// blocks and adds one handshake: after step 2, rank r reduces only block r
+// (in rank order, its own contribution read from its input) into block r
+// of its own slot and marks the step `reduced`; once every rank has, it
+// copies every other block from its owner's slot into its output, then
+// marks s consumed. Each rank moves about 4.5n bytes of memory traffic
+// (n(P-1)/P copied in, n read and 2n/P written by the reduction, n(P-1)/P
+// copied out) where shared_memory moves (P+3)n, and reduces n/P elements
+// instead of n; the second handshake costs what that saves below ~32 KiB.
 //
 // Without node memory (another transport, ranks on several hosts, a staged
 // device buffer) the ring runs instead.
@@ -73,6 +85,32 @@ struct node_step {
       if (pdcoll::detail::load_flag(s.flags(q).published[s.step & 1]) != s.step) return false;
     return true;
   }
+  /// Every rank has reduced its block of step (shared_memory_scatter).
+  static bool all_reduced(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    for (int q = 0; q < s.world_size; ++q)
+      if (pdcoll::detail::load_flag(s.flags(q).reduced[s.step & 1]) != s.step) return false;
+    return true;
+  }
+  /// Raises this rank's flag for step (after its chunk is in its slot):
+  /// stores the collective's signature, publishes the step, wakes peers.
+  void publish(int rank, std::uint64_t signature) const noexcept {
+    auto& mine = flags(rank);
+    mine.signature[step & 1] = signature;
+    pdcoll::detail::store_flag(mine.published[step & 1], step);
+    pdcoll::detail::wake_peers(*node, rank, world_size);
+  }
+  /// After all_published: every rank published step for the same collective.
+  bool signatures_match(std::uint64_t signature) const noexcept {
+    for (int q = 0; q < world_size; ++q)
+      if (flags(q).signature[step & 1] != signature) return false;
+    return true;
+  }
+  /// Sets this rank's flag `word` of the step's slot to the step and wakes peers.
+  void raise(int rank, std::uint64_t (pdcoll::detail::node_flags::*word)[2]) const noexcept {
+    pdcoll::detail::store_flag((flags(rank).*word)[step & 1], step);
+    pdcoll::detail::wake_peers(*node, rank, world_size);
+  }
 };
 
 }  // namespace detail
@@ -104,26 +142,90 @@ struct shared_memory {
     for (std::uint64_t k = 0; k < chunks; ++k) {
       const detail::node_step s{&node, P, first + k};
       const std::size_t offset = k * chunk, bytes = std::min(chunk, total - offset);
-      const std::size_t p = s.step & 1;
-      auto& mine = s.flags(r);
 
       condition_wait slot_free(ctx, &detail::node_step::slot_free, &s);
       if (auto ec = co_await slot_free) co_return ec;
       std::memcpy(s.slot(r), ctx.input.address + offset, bytes);
-      mine.signature[p] = signature;
-      pdcoll::detail::store_flag(mine.published[p], s.step);
-      pdcoll::detail::wake_peers(node, r, P);
+      s.publish(r, signature);
 
       condition_wait published(ctx, &detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
-      for (int q = 0; q < P; ++q)
-        if (s.flags(q).signature[p] != signature) co_return make_error_code(errc::collective_mismatch);
+      if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
       // Rank order on every rank: bit-identical results. The first two in one pass.
       const std::size_t n = bytes / ctx.element_size;
       ctx.red->apply3(ctx.output.address + offset, s.slot(0), s.slot(1), n);
       for (int q = 2; q < P; ++q) ctx.red->apply(ctx.output.address + offset, s.slot(q), n);
-      pdcoll::detail::store_flag(mine.consumed[p], s.step);
-      pdcoll::detail::wake_peers(node, r, P);
+      s.raise(r, &pdcoll::detail::node_flags::consumed);
+    }
+    co_return std::error_code{};
+  }
+};
+
+/// All-reduce through node memory as a reduce-scatter and an all-gather (see
+/// the file comment); shared_memory's single step without enough elements
+/// for a block per rank, the ring without node memory.
+struct shared_memory_scatter {
+  /// Name for diagnostics and PDCOLL_ALGO.
+  static constexpr const char* name = "shared_memory_scatter";
+
+  /// All-reduce of ctx.input into ctx.output.
+  static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    if (!node || ctx.world_size == 1 || ctx.count < static_cast<std::size_t>(ctx.world_size))
+      return shared_memory::all_reduce(ctx);
+    return through(ctx, *node);
+  }
+
+ private:
+  static pdcoll::detail::collective_task through(pdcoll::detail::collective_context& ctx,
+                                                 transport::node_memory& node) {
+    using pdcoll::detail::condition_wait;
+    using pdcoll::detail::node_flags;
+    const int r = ctx.rank, P = ctx.world_size;
+    const std::size_t es = ctx.element_size;
+    // Chunks hold at least one element per rank; the last may hold fewer.
+    const std::size_t chunk = std::max(detail::node_step::slot_bytes(node) / es, static_cast<std::size_t>(P));
+    const std::uint64_t chunks = (ctx.count + chunk - 1) / chunk;
+    if (chunk * es > detail::node_step::slot_bytes(node)) co_return make_error_code(errc::invalid_argument);
+    const std::uint64_t first = ctx.reserve_node_steps(chunks);  // before the first suspension
+    const std::uint64_t signature = ctx.signature();
+    std::byte* const out = ctx.output.address;
+    const std::byte* const in = ctx.input.address;
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      const detail::node_step s{&node, P, first + k};
+      const std::size_t first_element = k * chunk, n = std::min(chunk, ctx.count - first_element);
+      const std::size_t base = first_element * es;
+      // Block q of this chunk: bytes [begin(q), begin(q) + size(q)) from base.
+      auto begin = [&](int q) { return detail::segment_begin(n, P, static_cast<std::size_t>(q)) * es; };
+      auto size = [&](int q) { return detail::segment_size(n, P, static_cast<std::size_t>(q)) * es; };
+
+      condition_wait slot_free(ctx, &detail::node_step::slot_free, &s);
+      if (auto ec = co_await slot_free) co_return ec;
+      // Peers read every block but this rank's own from its slot.
+      std::memcpy(s.slot(r), in + base, begin(r));
+      std::memcpy(s.slot(r) + begin(r + 1), in + base + begin(r + 1), n * es - begin(r + 1));
+      s.publish(r, signature);
+
+      condition_wait published(ctx, &detail::node_step::all_published, &s);
+      if (auto ec = co_await published) co_return ec;
+      if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
+      // Block r in rank order (bit-identical everywhere), into this rank's
+      // slot for the peers and then into its output. Its own contribution
+      // comes from its input: with input == output, block r of the output is
+      // written only after it has been read.
+      const std::size_t mine = begin(r), count = size(r) / es;
+      auto source = [&](int q) { return q == r ? in + base + mine : s.slot(q) + mine; };
+      std::byte* const reduced = s.slot(r) + mine;
+      ctx.red->apply3(reduced, source(0), source(1), count);
+      for (int q = 2; q < P; ++q) ctx.red->apply(reduced, source(q), count);
+      s.raise(r, &node_flags::reduced);
+      std::memcpy(out + base + mine, reduced, size(r));
+
+      condition_wait all_reduced(ctx, &detail::node_step::all_reduced, &s);
+      if (auto ec = co_await all_reduced) co_return ec;
+      for (int q = 0; q < P; ++q)
+        if (q != r) std::memcpy(out + base + begin(q), s.slot(q) + begin(q), size(q));
+      s.raise(r, &node_flags::consumed);
     }
     co_return std::error_code{};
   }

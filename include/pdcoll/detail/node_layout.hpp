@@ -32,10 +32,14 @@ struct node_flags {
   };
   alignas(64) check_entry check[node_check_entries];
   /// Shared-memory all-reduce: the step whose chunk slot p holds, that
-  /// step's collective signature, and the last step of slot p this rank has reduced.
+  /// step's collective signature, and the last step of slot p this rank has
+  /// finished reading from every region.
   alignas(64) std::uint64_t published[2];
   std::uint64_t signature[2];
   alignas(64) std::uint64_t consumed[2];
+  /// Reduce-scatter variant: the last step whose block this rank has
+  /// reduced into its own slot p.
+  alignas(64) std::uint64_t reduced[2];
 };
 
 /// Offset of the all-reduce's first slot in a region.
