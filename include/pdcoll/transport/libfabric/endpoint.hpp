@@ -129,8 +129,9 @@ struct options {
   /// (bytes; 0 = off) when set, else one more than the provider's inject
   /// size. Same on all ranks.
   std::optional<std::size_t> rendezvous_threshold;
-  /// Use a FI_WAIT_FD completion queue for wait() when the provider has one,
-  /// and on shm (which has none) a doorbell in shared memory that peers ring.
+  /// Use a FI_WAIT_FD completion queue for wait() when the provider has one
+  /// and progresses data by itself (FI_PROGRESS_AUTO), and on shm a doorbell
+  /// in shared memory that peers ring.
   bool use_wait_fd = true;
   /// Bytes of each rank's node memory region on shm (transport/node_memory.hpp,
   /// used by the shared-memory all-reduce); less than min_node_memory_bytes
@@ -773,9 +774,10 @@ class fabric_endpoint final : public endpoint, private node_memory {
   }
 
   /// Sleeps until a completion may be ready or `deadline`, after polling for
-  /// options.poll_before_sleep: on the CQ's fd once fi_trywait(3) says it is
-  /// safe to block; on shm on the doorbell peers ring (doorbell.hpp, at most
-  /// 1 ms at a time); otherwise with a backoff that yields a few times
+  /// options.poll_before_sleep: on the CQ's fd (providers with automatic
+  /// data progress) once fi_trywait(3) says it is safe to block; on shm on
+  /// the doorbell peers ring (doorbell.hpp, at most 1 ms at a time);
+  /// otherwise (tcp) with a backoff that yields a few times
   /// and then sleeps in doubling steps of up to 200 us, so ranks that
   /// outnumber cores do not burn them.
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
@@ -1037,7 +1039,13 @@ class fabric_endpoint final : public endpoint, private node_memory {
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
     cq_attr.size = info_->tx_attr->size + info_->rx_attr->size;
-    cq_attr.wait_obj = opts_.use_wait_fd ? FI_WAIT_FD : FI_WAIT_NONE;
+    // With manual data progress (tcp;ofi_rxm, verbs;ofi_rxm) transfers move
+    // only while the caller drives the provider, and a rank asleep on the
+    // CQ's fd was not woken when its socket could move more: half the runs
+    // of a 2-rank 1 MiB ring on tcp sat out ~1 ms stalls (1.3 ms per
+    // all-reduce instead of 0.4). Those providers back off instead (wait()).
+    const bool progresses_alone = info_->domain_attr->data_progress == FI_PROGRESS_AUTO;
+    cq_attr.wait_obj = opts_.use_wait_fd && progresses_alone ? FI_WAIT_FD : FI_WAIT_NONE;
     int r = ::fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
     if (r != 0 && cq_attr.wait_obj != FI_WAIT_NONE) {
       cq_attr.wait_obj = FI_WAIT_NONE;  // the provider has no fd to sleep on: back off instead
