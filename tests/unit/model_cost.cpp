@@ -8,6 +8,7 @@
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <system_error>
@@ -53,7 +54,9 @@ TEST_CASE("the ring's bandwidth term is 2(P-1)/P times n times beta") {
   // The reduction overlaps the wire: (P-1)/P·n·gamma plus one chunk that cannot.
   const model::parameters reduce_only{0, 0, 2e-9};
   CHECK(model::predict(model::algorithm::ring, 4, 4e6, reduce_only) ==
-        doctest::Approx((0.75 * 4e6 + model::pipeline_chunk_bytes) * 2e-9));
+        doctest::Approx((0.75 * 4e6 + std::min(1e6, model::ring_chunk_bytes)) * 2e-9));
+  CHECK(model::predict(model::algorithm::ring, 2, 64e6, reduce_only) ==
+        doctest::Approx((0.5 * 64e6 + model::ring_chunk_bytes) * 2e-9));
 }
 
 TEST_CASE("the latency terms count the messages each algorithm sends") {

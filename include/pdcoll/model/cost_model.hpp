@@ -70,8 +70,10 @@ constexpr std::string_view to_string(algorithm a) noexcept {
   return "?";
 }
 
-/// Chunk size the model assumes for the pipelined algorithms (algo::ring, algo::tree).
+/// Chunk size the model assumes for algo::tree's pipeline.
 inline constexpr double pipeline_chunk_bytes = 256.0 * 1024;
+/// Chunk size the model assumes for algo::ring's pipeline.
+inline constexpr double ring_chunk_bytes = 1024.0 * 1024;
 
 namespace detail {
 constexpr int floor_pow2(int n) noexcept {
@@ -102,11 +104,11 @@ constexpr double predict(algorithm a, int world_size, double bytes, const parame
   const double fold = P == p ? 0 : 2 * (m.alpha + n * m.beta) + n * m.gamma;
   switch (a) {
     case algorithm::ring: {
-      const double chunks = detail::ceil_div(n / Pd, pipeline_chunk_bytes);
+      const double chunks = detail::ceil_div(n / Pd, ring_chunk_bytes);
       // The pipeline reduces chunk c while chunk c+1 is on the wire: the
       // slower of the two streams sets the pace, plus one chunk of the other.
       const double wire = 2 * (Pd - 1) / Pd * n * m.beta, reduce = (Pd - 1) / Pd * n * m.gamma;
-      const double chunk = n / Pd < pipeline_chunk_bytes ? n / Pd : pipeline_chunk_bytes;
+      const double chunk = n / Pd < ring_chunk_bytes ? n / Pd : ring_chunk_bytes;
       return (2 * (Pd - 1) + chunks - 1) * m.alpha + (wire > reduce ? wire : reduce) + chunk * m.gamma;
     }
     case algorithm::recursive_doubling: return lg * (m.alpha + n * m.beta + n * m.gamma) + fold;
