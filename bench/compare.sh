@@ -21,14 +21,17 @@
 # --warmup N (2) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
-# --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling). Runs with more
+# --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling) --rounds N (1:
+# every library's runs repeated N times, interleaved, and each size reported
+# from the round with the median time, so a burst of load from elsewhere on
+# a shared machine spoils one round, not the table). Runs with more
 # ranks than cores are marked oversubscribed in the CSV, the plot and the
 # table; they are kept, not hidden.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 min=4K max=256M factor=4 iters=10 warmup=2 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
-ceiling_lengths="16K 128K 1M" ceiling_seconds=3
+ceiling_lengths="16K 128K 1M" ceiling_seconds=3 rounds=1
 while (($#)); do
   case "$1" in
     --min) min=$2; shift 2 ;;
@@ -43,7 +46,8 @@ while (($#)); do
     --no-build) do_build=0; shift ;;
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -93,6 +97,7 @@ if ((ceiling_seconds > 0)); then
     echo "compare.sh: the TCP ceiling measurement failed (see $log); going on without it" | tee -a "$log" >&2
 fi
 
+for round in $(seq "$rounds"); do
 for r in $ranks; do
   for t in shm tcp uring; do
     for algo in $algos; do
@@ -119,6 +124,7 @@ for r in $ranks; do
         "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/$((n++)).csv"
     done
   done
+done
 done
 
 py=python3  # Debian's python3-matplotlib lives in /usr/bin/python3, which a pyenv shim may hide

@@ -24,13 +24,16 @@ from collections import defaultdict
 
 
 def load(paths):
-    rows = []
+    """In-place all_reduce rows of the inputs. A series measured in several
+    rounds (compare.sh --rounds) gives one row per size: the round with the
+    median time (the faster middle one for an even number of rounds)."""
+    rounds = defaultdict(list)
     for path in paths:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
                 if r["collective"] != "all_reduce" or r["placement"] != "in_place":
                     continue
-                rows.append({
+                row = {
                     "library": r["library"],
                     "transport": r["transport"],
                     "algorithm": r["algorithm"],
@@ -38,7 +41,12 @@ def load(paths):
                     "bytes": int(r["bytes"]),
                     "time_us": float(r["time_us"]),
                     "busbw_GBps": float(r["busbw_GBps"]),
-                })
+                }
+                rounds[(row["library"], row["transport"], row["algorithm"], row["ranks"], row["bytes"])].append(row)
+    rows = []
+    for measured in rounds.values():
+        measured.sort(key=lambda r: r["time_us"])
+        rows.append(measured[(len(measured) - 1) // 2])
     return rows
 
 
