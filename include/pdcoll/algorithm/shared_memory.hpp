@@ -162,8 +162,9 @@ struct shared_memory {
 };
 
 /// All-reduce through node memory as a reduce-scatter and an all-gather (see
-/// the file comment); shared_memory's single step without enough elements
-/// for a block per rank, the ring without node memory.
+/// the file comment); shared_memory's single step with fewer elements than
+/// ranks (or a slot too small for one element per rank), the ring without
+/// node memory.
 struct shared_memory_scatter {
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "shared_memory_scatter";
@@ -171,7 +172,8 @@ struct shared_memory_scatter {
   /// All-reduce of ctx.input into ctx.output.
   static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || ctx.world_size == 1 || ctx.count < static_cast<std::size_t>(ctx.world_size))
+    const auto P = static_cast<std::size_t>(ctx.world_size);
+    if (!node || P == 1 || ctx.count < P || detail::node_step::slot_bytes(*node) / ctx.element_size < P)
       return shared_memory::all_reduce(ctx);
     return through(ctx, *node);
   }
@@ -183,10 +185,9 @@ struct shared_memory_scatter {
     using pdcoll::detail::node_flags;
     const int r = ctx.rank, P = ctx.world_size;
     const std::size_t es = ctx.element_size;
-    // Chunks hold at least one element per rank; the last may hold fewer.
-    const std::size_t chunk = std::max(detail::node_step::slot_bytes(node) / es, static_cast<std::size_t>(P));
+    // At least one element per rank (all_reduce checked); the last chunk may hold fewer.
+    const std::size_t chunk = detail::node_step::slot_bytes(node) / es;
     const std::uint64_t chunks = (ctx.count + chunk - 1) / chunk;
-    if (chunk * es > detail::node_step::slot_bytes(node)) co_return make_error_code(errc::invalid_argument);
     const std::uint64_t first = ctx.reserve_node_steps(chunks);  // before the first suspension
     const std::uint64_t signature = ctx.signature();
     std::byte* const out = ctx.output.address;
