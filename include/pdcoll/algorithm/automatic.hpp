@@ -10,6 +10,9 @@
 // its reduction hides behind the wire). Larger worlds move the ring's
 // crossover up (model::crossover predicts it: ~16 MiB at 64 ranks); the
 // tests in tests/unit/model_*.cpp keep these constants and the model in step.
+// Where the transport offers node memory (ranks on one host over libfabric
+// shm) the shared-memory algorithms replace that composition (see
+// automatic_scatter_threshold).
 //
 // PDCOLL_ALGO=<name> forces one of the algorithms compiled in (ring,
 // recursive_doubling, rabenseifner, tree, direct, shared_memory,

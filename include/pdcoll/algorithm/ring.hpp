@@ -14,8 +14,8 @@
 // same invocation, against 256 KiB × 32): on libfabric tcp 2 ranks 1.9× at
 // 1 MiB, 1.5–1.8× at 4 MiB, 1.2–1.5× from 16 MiB; on shm without node
 // memory (CMA) 1.2× at 1–4 MiB and even or better from 16 MiB; on 4 tcp
-// ranks (on 2 cores) even from 1 MiB. Smaller chunks cost each message's
-// provider overhead once more per 256 KiB (see model/cost_model.hpp).
+// ranks (on 2 cores) even from 1 MiB. Smaller chunks pay the provider's
+// per-message cost (alpha in model/cost_model.hpp) once per chunk.
 #pragma once
 
 #include <pdcoll/algorithm/detail/partition.hpp>
