@@ -224,6 +224,7 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, Op = {}) {
     co_return ec;
   };
   s.algorithm_name = Algo::name;
+  if constexpr (requires { Algo::node_small_bytes(); }) s.node_small_bytes = Algo::node_small_bytes();
   return collective_sender(comm, std::move(s));
 }
 

@@ -70,9 +70,11 @@ TEST_CASE_TEMPLATE("shared-memory all-reduce: exact rank-order float sums and in
       CHECK(comm.endpoint().shared_node_memory() != nullptr);
       const int r = comm.rank();
       std::uint64_t salt = 0;
-      // 7169: one element more than a chunk, so the last chunk has fewer elements than ranks.
+      // 4000: the largest kind of buffer shared_memory runs as the operation's
+      // one-step path (node_small_all_reduce.hpp); 7169: one element more than
+      // a chunk, so the last chunk has fewer elements than ranks.
       for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t(P - 1 > 0 ? P - 1 : 0), std::size_t(P + 1),
-                            std::size_t{7169}, std::size_t{20000}}) {
+                            std::size_t{4000}, std::size_t{7169}, std::size_t{20000}}) {
         for (bool in_place : {true, false}) {
           ++salt;
           std::vector<float> in(n), out(n, -1.0f);
@@ -110,8 +112,9 @@ TEST_CASE("shared_memory and shared_memory_scatter all-reduces in flight togethe
   pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
     const int r = comm.rank();
     for (int round = 0; round < 5; ++round) {
-      const std::array<std::size_t, 6> n{9000, 1, 30000, 0, 20000, 2};
-      std::array<std::vector<float>, 6> b;
+      // 1 and 3000 floats take shared_memory's one-step path, 9000 its chunks.
+      const std::array<std::size_t, 7> n{9000, 1, 30000, 0, 20000, 2, 3000};
+      std::array<std::vector<float>, 7> b;
       for (std::size_t k = 0; k < b.size(); ++k) {
         b[k].resize(n[k]);
         for (std::size_t i = 0; i < n[k]; ++i) b[k][i] = contribution(r, i, 100 + k + 10 * static_cast<std::uint64_t>(round));
@@ -122,8 +125,9 @@ TEST_CASE("shared_memory and shared_memory_scatter all-reduces in flight togethe
                                  pdcoll::all_reduce<algo::ring>(comm, b[2]),
                                  pdcoll::all_reduce<algo::shared_memory>(comm, b[3]),
                                  pdcoll::all_reduce<algo::shared_memory_scatter>(comm, b[4]),
-                                 pdcoll::all_reduce<algo::shared_memory_scatter>(comm, b[5])));
-      for (std::size_t k : {0u, 1u, 3u, 4u, 5u}) {
+                                 pdcoll::all_reduce<algo::shared_memory_scatter>(comm, b[5]),
+                                 pdcoll::all_reduce<algo::shared_memory>(comm, b[6])));
+      for (std::size_t k : {0u, 1u, 3u, 4u, 5u, 6u}) {
         if (b[k] != expected_sum(P, n[k], 100 + k + 10 * static_cast<std::uint64_t>(round))) {
           std::lock_guard lock(failures_mutex);
           ++wrong;
@@ -132,6 +136,36 @@ TEST_CASE("shared_memory and shared_memory_scatter all-reduces in flight togethe
     }
   }, {}, region_bytes);
   CHECK(wrong == 0);
+}
+
+TEST_CASE("small all-reduces on the one-step path, broadcasts and chunked all-reduces in turn stay exact, checked or not") {
+  // More rounds than the signature check's ring has entries, so its entries
+  // and the steps' slots are reused many times by both paths.
+  for (bool verify : {true, false}) {
+    CAPTURE(verify);
+    auto options = quick(10s);
+    options.verify_collectives = verify;
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;
+    pdcoll::testing::run_inproc(3, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank();
+      for (std::uint64_t round = 0; round < 300; ++round) {
+        const std::size_t n = round % 3 == 2 ? 9000 : 1 + round % 50 * 40;  // one-step path but every third
+        std::vector<float> data(n);
+        for (std::size_t i = 0; i < n; ++i) data[i] = contribution(r, i, round);
+        const bool sum_right = !outcome_of(pdcoll::all_reduce(comm, data)) && data == expected_sum(3, n, round);
+        std::vector<float> bcast(17, static_cast<float>(r == static_cast<int>(round % 3) ? round : 0));
+        const bool bcast_right = !outcome_of(pdcoll::broadcast(comm, bcast, static_cast<int>(round % 3))) &&
+                                 bcast[16] == static_cast<float>(round);
+        if (!sum_right || !bcast_right) {
+          std::lock_guard lock(failures_mutex);
+          failures.push_back("rank " + std::to_string(r) + " round " + std::to_string(round));
+        }
+      }
+    }, options, region_bytes);
+    for (const auto& f : failures) MESSAGE(f);
+    CHECK(failures.empty());
+  }
 }
 
 TEST_CASE("with node memory, a rank calling broadcast while the others all-reduce fails every rank with collective_mismatch") {

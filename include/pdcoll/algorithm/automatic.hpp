@@ -30,6 +30,7 @@
 #include <pdcoll/algorithm/tree.hpp>
 #include <pdcoll/error.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -84,6 +85,15 @@ struct automatic {
   static forced_choice forced() noexcept {
     static const forced_choice choice = parse(std::getenv("PDCOLL_ALGO"));
     return choice;
+  }
+
+  /// Sizes that take the one-step node-memory path
+  /// (collective_spec::node_small_bytes): those for which it would run
+  /// shared_memory, unless PDCOLL_ALGO forces another algorithm.
+  static std::size_t node_small_bytes() noexcept {
+    const auto f = forced();
+    if (f.invalid || (f.algorithm && f.algorithm != &shared_memory::all_reduce)) return 0;
+    return std::min(node_small_all_reduce_bytes, automatic_scatter_threshold - 1);
   }
 
   /// Runs the forced algorithm, or the one for ctx's size; completes with

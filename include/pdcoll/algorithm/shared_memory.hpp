@@ -55,75 +55,23 @@
 
 namespace pdcoll::algo {
 
-namespace detail {
-
-/// One step of the protocol, as its waits see it.
-struct node_step {
-  transport::node_memory* node = nullptr;
-  int world_size = 0;
-  std::uint64_t step = 0;
-
-  pdcoll::detail::node_flags& flags(int rank) const noexcept { return pdcoll::detail::flags_of(*node, rank); }
-  std::byte* slot(int rank) const noexcept {
-    return node->region(rank) + pdcoll::detail::node_slot_offset + (step & 1) * slot_bytes(*node);
-  }
-  static std::size_t slot_bytes(const transport::node_memory& node) noexcept {
-    return (node.region_bytes() - pdcoll::detail::node_slot_offset) / 2 / 64 * 64;
-  }
-  /// Every rank has consumed step - 2: this rank's slot is free.
-  static bool slot_free(const void* self) noexcept {
-    const auto& s = *static_cast<const node_step*>(self);
-    if (s.step < 4) return true;
-    for (int q = 0; q < s.world_size; ++q)
-      if (pdcoll::detail::load_flag(s.flags(q).consumed[s.step & 1]) < s.step - 2) return false;
-    return true;
-  }
-  /// Every rank has published step.
-  static bool all_published(const void* self) noexcept {
-    const auto& s = *static_cast<const node_step*>(self);
-    for (int q = 0; q < s.world_size; ++q)
-      if (pdcoll::detail::load_flag(s.flags(q).published[s.step & 1]) != s.step) return false;
-    return true;
-  }
-  /// Every rank has reduced its block of step (shared_memory_scatter).
-  static bool all_reduced(const void* self) noexcept {
-    const auto& s = *static_cast<const node_step*>(self);
-    for (int q = 0; q < s.world_size; ++q)
-      if (pdcoll::detail::load_flag(s.flags(q).reduced[s.step & 1]) != s.step) return false;
-    return true;
-  }
-  /// Raises this rank's flag for step (after its chunk is in its slot):
-  /// stores the collective's signature, publishes the step, wakes peers.
-  void publish(int rank, std::uint64_t signature) const noexcept {
-    auto& mine = flags(rank);
-    mine.signature[step & 1] = signature;
-    pdcoll::detail::store_flag(mine.published[step & 1], step);
-    pdcoll::detail::wake_peers(*node, rank, world_size);
-  }
-  /// After all_published: every rank published step for the same collective.
-  bool signatures_match(std::uint64_t signature) const noexcept {
-    for (int q = 0; q < world_size; ++q)
-      if (flags(q).signature[step & 1] != signature) return false;
-    return true;
-  }
-  /// Sets this rank's flag `word` of the step's slot to the step and wakes peers.
-  void raise(int rank, std::uint64_t (pdcoll::detail::node_flags::*word)[2]) const noexcept {
-    pdcoll::detail::store_flag((flags(rank).*word)[step & 1], step);
-    pdcoll::detail::wake_peers(*node, rank, world_size);
-  }
-};
-
-}  // namespace detail
+/// All-reduces through node memory of at most this many bytes run as the
+/// operation's one-step path (detail/node_small_all_reduce.hpp): the same
+/// exchange and result as shared_memory's single step, without its
+/// coroutines and registrations. Above it those costs are noise.
+inline constexpr std::size_t node_small_all_reduce_bytes = std::size_t{32} << 10;
 
 /// All-reduce through node memory (see the file comment); the ring without it.
 struct shared_memory {
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "shared_memory";
+  /// Sizes that take the one-step path (collective_spec::node_small_bytes).
+  static std::size_t node_small_bytes() noexcept { return node_small_all_reduce_bytes; }
 
   /// All-reduce of ctx.input into ctx.output.
   static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || ctx.world_size == 1 || detail::node_step::slot_bytes(*node) < ctx.element_size)
+    if (!node || ctx.world_size == 1 || pdcoll::detail::node_step::slot_bytes(*node) < ctx.element_size)
       return ring::all_reduce(ctx);
     return through(ctx, *node);
   }
@@ -133,22 +81,22 @@ struct shared_memory {
                                                  transport::node_memory& node) {
     using pdcoll::detail::condition_wait;
     const std::size_t total = ctx.bytes(ctx.count);
-    const std::size_t chunk = detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
     const std::uint64_t chunks = total == 0 ? 0 : (total + chunk - 1) / chunk;
     // Before the first suspension (see the file comment).
     const std::uint64_t first = ctx.reserve_node_steps(chunks);
     const int r = ctx.rank, P = ctx.world_size;
     const std::uint64_t signature = ctx.signature();
     for (std::uint64_t k = 0; k < chunks; ++k) {
-      const detail::node_step s{&node, P, first + k};
+      const pdcoll::detail::node_step s{&node, P, first + k};
       const std::size_t offset = k * chunk, bytes = std::min(chunk, total - offset);
 
-      condition_wait slot_free(ctx, &detail::node_step::slot_free, &s);
+      condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
       if (auto ec = co_await slot_free) co_return ec;
       std::memcpy(s.slot(r), ctx.input.address + offset, bytes);
       s.publish(r, signature);
 
-      condition_wait published(ctx, &detail::node_step::all_published, &s);
+      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
       // Rank order on every rank: bit-identical results. The first two in one pass.
@@ -173,7 +121,7 @@ struct shared_memory_scatter {
   static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
     const auto P = static_cast<std::size_t>(ctx.world_size);
-    if (!node || P == 1 || ctx.count < P || detail::node_step::slot_bytes(*node) / ctx.element_size < P)
+    if (!node || P == 1 || ctx.count < P || pdcoll::detail::node_step::slot_bytes(*node) / ctx.element_size < P)
       return shared_memory::all_reduce(ctx);
     return through(ctx, *node);
   }
@@ -186,28 +134,28 @@ struct shared_memory_scatter {
     const int r = ctx.rank, P = ctx.world_size;
     const std::size_t es = ctx.element_size;
     // At least one element per rank (all_reduce checked); the last chunk may hold fewer.
-    const std::size_t chunk = detail::node_step::slot_bytes(node) / es;
+    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / es;
     const std::uint64_t chunks = (ctx.count + chunk - 1) / chunk;
     const std::uint64_t first = ctx.reserve_node_steps(chunks);  // before the first suspension
     const std::uint64_t signature = ctx.signature();
     std::byte* const out = ctx.output.address;
     const std::byte* const in = ctx.input.address;
     for (std::uint64_t k = 0; k < chunks; ++k) {
-      const detail::node_step s{&node, P, first + k};
+      const pdcoll::detail::node_step s{&node, P, first + k};
       const std::size_t first_element = k * chunk, n = std::min(chunk, ctx.count - first_element);
       const std::size_t base = first_element * es;
       // Block q of this chunk: bytes [begin(q), begin(q) + size(q)) from base.
       auto begin = [&](int q) { return detail::segment_begin(n, P, static_cast<std::size_t>(q)) * es; };
       auto size = [&](int q) { return detail::segment_size(n, P, static_cast<std::size_t>(q)) * es; };
 
-      condition_wait slot_free(ctx, &detail::node_step::slot_free, &s);
+      condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
       if (auto ec = co_await slot_free) co_return ec;
       // Peers read every block but this rank's own from its slot.
       std::memcpy(s.slot(r), in + base, begin(r));
       std::memcpy(s.slot(r) + begin(r + 1), in + base + begin(r + 1), n * es - begin(r + 1));
       s.publish(r, signature);
 
-      condition_wait published(ctx, &detail::node_step::all_published, &s);
+      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
       // Block r in rank order (bit-identical everywhere), into this rank's
@@ -222,7 +170,7 @@ struct shared_memory_scatter {
       s.raise(r, &node_flags::reduced);
       std::memcpy(out + base + mine, reduced, size(r));
 
-      condition_wait all_reduced(ctx, &detail::node_step::all_reduced, &s);
+      condition_wait all_reduced(ctx, &pdcoll::detail::node_step::all_reduced, &s);
       if (auto ec = co_await all_reduced) co_return ec;
       for (int q = 0; q < P; ++q)
         if (q != r) std::memcpy(out + base + begin(q), s.slot(q) + begin(q), size(q));

@@ -13,6 +13,7 @@
 #include <pdcoll/detail/stop_link.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/detail/node_layout.hpp>
+#include <pdcoll/detail/node_small_all_reduce.hpp>
 #include <pdcoll/detail/staging.hpp>
 #include <pdcoll/detail/tags.hpp>
 #include <pdcoll/error.hpp>
@@ -112,6 +113,11 @@ struct collective_spec {
   std::error_code invalid;  ///< set when the arguments were rejected
   std::optional<std::chrono::milliseconds> timeout;
   const char* algorithm_name = "";
+  /// All-reduces of at most this many bytes take the operation's one-step
+  /// node-memory path (node_small_all_reduce.hpp) where the transport has
+  /// node memory: set for algorithms that would run shared_memory's single
+  /// step there; 0 for the others.
+  std::size_t node_small_bytes = 0;
 };
 
 /// What an algorithm sees: its rank, the buffers, scratch, local reduce and
@@ -222,11 +228,13 @@ class collective_op_base : public collective_context, public operation_base {
   }
   // Resumes at most one wait: its coroutine may end (and destroy) the operation.
   std::size_t poll() noexcept override {
+    if (small_) return advance_small() ? 1 : 0;
     for (auto* w = waiting_; w; w = w->next_waiting)
       if (w->poll()) return 1;
     return 0;
   }
   bool poll_ready() const noexcept override {
+    if (small_) return cancelled_ || small_->can_advance();
     for (auto* w = waiting_; w; w = w->next_waiting)
       if (cancelled_ || w->ready()) return true;
     return false;
@@ -235,7 +243,7 @@ class collective_op_base : public collective_context, public operation_base {
   std::string describe() const override {
     std::string pending;
     for (auto* b = outstanding_; b; b = b->next_outstanding) b->describe_pending(pending);
-    if (waiting_) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
+    if (waiting_ || small_) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
     return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" +
            std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
            (pending.empty() ? std::string() : ": " + pending);
@@ -270,7 +278,9 @@ class collective_op_base : public collective_context, public operation_base {
     root = spec_.root;
     red = &spec_.red;
     try {
-      if (auto ec = prepare_buffers()) return finish(ec);
+      if (auto ec = choose_data_path()) return finish(ec);
+      if (start_small()) return;
+      bind_buffers();
       if (comm_->options().verify_collectives) start_signature_check();
       if (staged_) return start_staged();
       task_ = spec_.algorithm(*this);
@@ -398,7 +408,7 @@ class collective_op_base : public collective_context, public operation_base {
   // bounce buffers (device memory the transport cannot reach, staging
   // forced, or a domain the CPU cannot reduce on). Logs the choice at INFO
   // when it changes and counts it in the communicator's data_path_statistics.
-  std::error_code prepare_buffers() {
+  std::error_code choose_data_path() {
     const auto kind = spec_.input.region.kind;
     auto path = comm_->path_for(kind);
     if (path == transport::data_path::unreachable) return make_error_code(errc::unreachable_domain);
@@ -418,7 +428,12 @@ class collective_op_base : public collective_context, public operation_base {
                       std::string(transport::to_string(path)) + why);
     comm_->record_data_path(kind, path);
     staged_ = path == transport::data_path::host_staged;
-    if (staged_) return {};
+    return {};
+  }
+
+  // Registers the user's buffers for the algorithm's transfers (not staged).
+  void bind_buffers() {
+    if (staged_) return;
     working_domain_ = spec_.input.domain;
     input = bind(spec_.input.region, input_lease_);
     if (spec_.output.region.address == spec_.input.region.address) {
@@ -426,7 +441,44 @@ class collective_op_base : public collective_context, public operation_base {
     } else {
       output = bind(spec_.output.region, output_lease_);
     }
-    return {};
+  }
+
+  // ---- the one-step node-memory path (node_small_all_reduce.hpp) -----------------------
+
+  // Takes the path when it applies (the same answer on every rank); true
+  // when it did (the operation may have finished).
+  bool start_small() noexcept {
+    const std::size_t bytes = count * element_size;
+    if (spec_.kind != collective_kind::all_reduce || staged_ || world_size < 2 || count == 0 ||
+        bytes > spec_.node_small_bytes)
+      return false;
+    auto* node = comm_->endpoint().shared_node_memory();
+    if (!node || bytes > node_step::slot_bytes(*node)) return false;
+    small_.emplace(*node, rank, world_size, comm_->reserve_node_steps(1), seq_, signature_,
+                   comm_->options().verify_collectives);
+    advance_small();
+    return true;
+  }
+
+  // Moves the small all-reduce on as far as the peers allow; true when the
+  // operation finished (and may be gone: touch nothing after).
+  bool advance_small() noexcept {
+    if (cancelled_) {
+      finish(std::make_error_code(std::errc::operation_canceled));
+      return true;
+    }
+    if (!small_->try_publish(static_cast<const std::byte*>(spec_.input.region.address), count * element_size))
+      return false;
+    switch (small_->peers()) {
+      case node_small_all_reduce::state::waiting: return false;
+      case node_small_all_reduce::state::mismatch: finish(make_error_code(errc::collective_mismatch)); return true;
+      case node_small_all_reduce::state::ready: break;
+    }
+    auto* out = static_cast<std::byte*>(spec_.output.region.address);
+    small_->reduce_into(out, count, spec_.red.apply3, spec_.red.apply);
+    if (spec_.red.finalize) spec_.red.finalize(out, count, world_size);
+    finish({});
+    return true;
   }
 
   static std::string to_string(transport::memory_kind kind) {
@@ -486,41 +538,17 @@ class collective_op_base : public collective_context, public operation_base {
     co_return co_await check;
   }
 
-  // With node memory the check needs no message: each rank writes its
-  // signature into entry seq of a ring in its own region (once its right
-  // neighbour has checked the entry's previous use) and checks its left
-  // neighbour's entry; checks complete in sequence order, which is what
-  // lets a rank count them in one word (node_layout.hpp).
-  struct node_check {
-    transport::node_memory* node;
-    int rank, world_size;
-    std::uint64_t seq;
-    node_flags& own() const noexcept { return flags_of(*node, rank); }
-    node_flags& left() const noexcept { return flags_of(*node, (rank + world_size - 1) % world_size); }
-    node_flags::check_entry& entry(node_flags& f) const noexcept { return f.check[seq % node_check_entries]; }
-    static bool room(const void* self) noexcept {
-      const auto& c = *static_cast<const node_check*>(self);
-      return c.seq < node_check_entries ||
-             load_flag(flags_of(*c.node, (c.rank + 1) % c.world_size).checked) > c.seq - node_check_entries;
-    }
-    static bool arrived(const void* self) noexcept {
-      const auto& c = *static_cast<const node_check*>(self);
-      return load_flag(c.own().checked) == c.seq && load_flag(c.entry(c.left()).sequence) == c.seq + 1;
-    }
-  };
-
+  // With node memory the check needs no message (node_check in node_layout.hpp).
   static collective_task check_through_node(collective_op_base& op, transport::node_memory& node) {
     const node_check c{&node, op.rank, op.world_size, op.seq_};
     condition_wait room(op, &node_check::room, &c);
     if (auto ec = co_await room) co_return ec;
-    auto& mine = c.entry(c.own());
-    mine.signature = op.signature_;
-    store_flag(mine.sequence, c.seq + 1);
+    c.post(op.signature_);
     wake_peers(node, op.rank, op.world_size);
     condition_wait arrived(op, &node_check::arrived, &c);
     if (auto ec = co_await arrived) co_return ec;
-    const bool same = c.entry(c.left()).signature == op.signature_;
-    store_flag(c.own().checked, c.seq + 1);
+    const bool same = c.left_matches(op.signature_);
+    c.complete();
     wake_peers(node, op.rank, op.world_size);
     co_return same ? std::error_code{} : make_error_code(errc::collective_mismatch);
   }
@@ -686,6 +714,7 @@ class collective_op_base : public collective_context, public operation_base {
     if (check_error_ && (!ec || check_error_ == make_error_code(errc::collective_mismatch))) ec = check_error_;
     check_task_.reset();
     task_.reset();  // the frame is suspended at its final point (or absent)
+    small_.reset();
     slots_.reset();
     scratch_.clear();
     input_lease_.release();
@@ -723,6 +752,7 @@ class collective_op_base : public collective_context, public operation_base {
   condition_wait* waiting_ = nullptr;  // suspended condition waits, polled by poll()
   bool staged_ = false;
   bool cancelled_ = false;
+  std::optional<node_small_all_reduce> small_;  // the one-step node-memory path, while it runs
   domain_access working_domain_;
   registration_lease input_lease_;
   registration_lease output_lease_;

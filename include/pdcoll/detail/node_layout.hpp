@@ -66,4 +66,103 @@ inline void wake_peers(transport::node_memory& node, int rank, int world_size) n
     if (q != rank) node.wake(q);
 }
 
+/// One step of the shared-memory all-reduce's protocol
+/// (algorithm/shared_memory.hpp), as its waits see it.
+struct node_step {
+  transport::node_memory* node = nullptr;
+  int world_size = 0;
+  std::uint64_t step = 0;
+
+  node_flags& flags(int rank) const noexcept { return flags_of(*node, rank); }
+  std::byte* slot(int rank) const noexcept {
+    return node->region(rank) + node_slot_offset + (step & 1) * slot_bytes(*node);
+  }
+  static std::size_t slot_bytes(const transport::node_memory& node) noexcept {
+    return (node.region_bytes() - node_slot_offset) / 2 / 64 * 64;
+  }
+  /// Every rank has consumed step - 2: this rank's slot is free.
+  static bool slot_free(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    if (s.step < 4) return true;
+    for (int q = 0; q < s.world_size; ++q)
+      if (load_flag(s.flags(q).consumed[s.step & 1]) < s.step - 2) return false;
+    return true;
+  }
+  /// Every rank has published step.
+  static bool all_published(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    for (int q = 0; q < s.world_size; ++q)
+      if (load_flag(s.flags(q).published[s.step & 1]) != s.step) return false;
+    return true;
+  }
+  /// Every rank has reduced its block of step (shared_memory_scatter).
+  static bool all_reduced(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    for (int q = 0; q < s.world_size; ++q)
+      if (load_flag(s.flags(q).reduced[s.step & 1]) != s.step) return false;
+    return true;
+  }
+  /// Raises this rank's flag for step (after its chunk is in its slot):
+  /// stores the collective's signature, publishes the step, wakes peers.
+  void publish(int rank, std::uint64_t signature) const noexcept {
+    auto& mine = flags(rank);
+    mine.signature[step & 1] = signature;
+    store_flag(mine.published[step & 1], step);
+    wake_peers(*node, rank, world_size);
+  }
+  /// After all_published: every rank published step for the same collective.
+  bool signatures_match(std::uint64_t signature) const noexcept {
+    for (int q = 0; q < world_size; ++q)
+      if (flags(q).signature[step & 1] != signature) return false;
+    return true;
+  }
+  /// Sets this rank's flag `word` of the step's slot to the step and wakes peers.
+  void raise(int rank, std::uint64_t (node_flags::*word)[2]) const noexcept {
+    store_flag((flags(rank).*word)[step & 1], step);
+    wake_peers(*node, rank, world_size);
+  }
+};
+
+/// Collective `seq`'s signature check through node memory (see
+/// collective_operation.hpp): each rank writes its signature into entry seq
+/// of the ring in its own region, once its right neighbour has checked that
+/// entry's previous use, and compares it with its left neighbour's entry.
+/// Checks complete in sequence order, so one word (`checked`) counts them.
+struct node_check {
+  transport::node_memory* node = nullptr;
+  int rank = 0, world_size = 0;
+  std::uint64_t seq = 0;
+
+  node_flags& own() const noexcept { return flags_of(*node, rank); }
+  node_flags& left() const noexcept { return flags_of(*node, (rank + world_size - 1) % world_size); }
+  node_flags::check_entry& entry(node_flags& f) const noexcept { return f.check[seq % node_check_entries]; }
+  /// The right neighbour has checked this entry's previous use: post() may write it.
+  static bool room(const void* self) noexcept {
+    const auto& c = *static_cast<const node_check*>(self);
+    return c.seq < node_check_entries ||
+           load_flag(flags_of(*c.node, (c.rank + 1) % c.world_size).checked) > c.seq - node_check_entries;
+  }
+  /// Every earlier check has completed and the left neighbour's entry for seq is there.
+  static bool arrived(const void* self) noexcept {
+    const auto& c = *static_cast<const node_check*>(self);
+    return load_flag(c.own().checked) == c.seq && load_flag(c.entry(c.left()).sequence) == c.seq + 1;
+  }
+  /// Writes this rank's entry (after room); the caller wakes peers.
+  void post(std::uint64_t signature) const noexcept {
+    auto& mine = entry(own());
+    mine.signature = signature;
+    store_flag(mine.sequence, seq + 1);
+  }
+  /// After arrived: the left neighbour started the same collective as seq.
+  bool left_matches(std::uint64_t signature) const noexcept { return entry(left()).signature == signature; }
+  /// The left neighbour's entry for seq is there and names another collective
+  /// (known without waiting for the earlier checks).
+  bool left_differs(std::uint64_t signature) const noexcept {
+    auto& e = entry(left());
+    return load_flag(e.sequence) == seq + 1 && e.signature != signature;
+  }
+  /// After arrived: marks seq checked (the caller wakes peers).
+  void complete() const noexcept { store_flag(own().checked, seq + 1); }
+};
+
 }  // namespace pdcoll::detail
