@@ -5,7 +5,10 @@
 // a communicator has operations pending and no progress thread, it registers
 // itself as a progress driver with pdcoll's run loop, so that
 // `sync_wait(all_reduce(...))` on one thread polls the transport briefly and
-// then blocks on its wait object. With `progress_thread = true` a thread of
+// then blocks on its wait object. It registers when a start() returns with
+// its operation pending (one that completed inside start() needs no driver)
+// and leaves at the first drive() that finds it idle, so back-to-back
+// collectives on one thread do not pay the registry's mutex each time. With `progress_thread = true` a thread of
 // the communicator drives progress instead (for runtimes that compute while
 // collectives run).
 //
@@ -313,6 +316,14 @@ class communicator final : private exec::progress_driver {
     std::size_t n = run_completions();
     check_deadlines();
     close_if_stuck();
+    if (n == 0 && driver_registered_ && active_count_ == 0 && notices_in_flight_ == 0) {
+      // Idle since the last operation ended: leave the registry now rather
+      // than when that operation ended, so that a thread issuing collectives
+      // one after another registers once (see register_driver_if_pending).
+      exec::progress_drivers::unregister_driver(this);
+      driver_registered_ = false;
+      return false;
+    }
     if (n == 0) {
       auto now = std::chrono::steady_clock::now();
       auto limit = std::min(until, earliest_deadline_locked());
@@ -429,11 +440,17 @@ class communicator final : private exec::progress_driver {
     op.prev_active = nullptr;
     if (active_) active_->prev_active = &op;
     active_ = &op;
-    if (++active_count_ == 1 && !options_.progress_thread && !driver_registered_) {
-      exec::progress_drivers::register_driver(this);
-      driver_registered_ = true;
-    }
+    ++active_count_;
     return {};
+  }
+  /// Registers this communicator as a progress driver while operations (or
+  /// abort notices) are pending and no progress thread runs. Called under
+  /// the lock as each operation's start() ends, so that one which completes
+  /// inside start() (a peer was there first) costs no registration.
+  void register_driver_if_pending() {
+    if (driver_registered_ || options_.progress_thread || (active_count_ == 0 && notices_in_flight_ == 0)) return;
+    exec::progress_drivers::register_driver(this);
+    driver_registered_ = true;
   }
   /// Unregisters a finished operation. Under the lock.
   void end_operation(detail::operation_base& op) noexcept {
@@ -441,13 +458,7 @@ class communicator final : private exec::progress_driver {
     else active_ = op.next_active;
     if (op.next_active) op.next_active->prev_active = op.prev_active;
     op.prev_active = op.next_active = nullptr;
-    --active_count_;
-    // The driver stays registered while idle only if aborted notices may still arrive;
-    // unregistering from inside drive() is allowed by the run loop.
-    if (active_count_ == 0 && driver_registered_ && !notices_in_flight_) {
-      exec::progress_drivers::unregister_driver(this);
-      driver_registered_ = false;
-    }
+    --active_count_;  // the driver stays registered until its next drive() finds the communicator idle
   }
   /// Marks `op` as asked to stop (from any thread, without the lock; the
   /// driving thread cancels its transfers).

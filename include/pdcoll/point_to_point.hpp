@@ -88,7 +88,19 @@ class point_to_point_op_base : public operation_base {
 
   /// Posts the transfer; completes through deliver(). Called once from start().
   void launch() noexcept {
-    std::lock_guard lock(comm_->mutex());
+    auto& comm = *comm_;  // the operation may be gone once launch_locked() returns
+    std::lock_guard lock(comm.mutex());
+    launch_locked();
+    comm.register_driver_if_pending();
+  }
+
+  /// Hands the outcome to the receiver. Must be the last thing the operation does.
+  virtual void deliver(std::error_code ec, std::size_t bytes, bool stopped) noexcept = 0;
+
+  communicator* comm_;
+
+ private:
+  void launch_locked() noexcept {
     if (spec_.invalid) return deliver(spec_.invalid, 0, false);
     if (auto ec = comm_->begin_operation(*this, spec_.timeout.value_or(comm_->options().timeout)))
       return deliver(ec, 0, false);
@@ -113,12 +125,6 @@ class point_to_point_op_base : public operation_base {
     if (stop_requested.load(std::memory_order_acquire)) cancel_outstanding();
   }
 
-  /// Hands the outcome to the receiver. Must be the last thing the operation does.
-  virtual void deliver(std::error_code ec, std::size_t bytes, bool stopped) noexcept = 0;
-
-  communicator* comm_;
-
- private:
   struct transfer_context : transport::completion_context {
     point_to_point_op_base* op = nullptr;
   };

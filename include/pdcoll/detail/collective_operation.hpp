@@ -260,7 +260,19 @@ class collective_op_base : public collective_context, public operation_base {
 
   /// Starts the collective; completes through deliver(). Called once from start().
   void launch() noexcept {
-    std::lock_guard lock(comm_->mutex());
+    auto& comm = *comm_;  // the operation may be gone once launch_locked() returns
+    std::lock_guard lock(comm.mutex());
+    launch_locked();
+    comm.register_driver_if_pending();
+  }
+
+  /// Hands the outcome to the receiver. Must be the last thing the operation does.
+  virtual void deliver(std::error_code ec, bool stopped) noexcept = 0;
+
+  communicator* comm_;
+
+ private:
+  void launch_locked() noexcept {
     if (spec_.invalid) return deliver(spec_.invalid, false);
     // Rejected before a sequence number is taken, so the ranks stay in step.
     if (comm_->path_for(spec_.input.region.kind) == transport::data_path::unreachable ||
@@ -292,12 +304,6 @@ class collective_op_base : public collective_context, public operation_base {
     task_.start(&on_task_done, this);
   }
 
-  /// Hands the outcome to the receiver. Must be the last thing the operation does.
-  virtual void deliver(std::error_code ec, bool stopped) noexcept = 0;
-
-  communicator* comm_;
-
- private:
   // Scratch memory of the working domain (device scratch for the direct
   // path, host memory otherwise), registered for as long as it lives.
   struct scratch_block {
