@@ -17,8 +17,11 @@
 //
 // Sending: per peer, queued messages go out as one sendmsg with a
 // {header, payload} iovec pair per message, several messages per sendmsg
-// while they are small; one sendmsg per peer is in flight at a time, so a
-// short send never interleaves two messages. Payloads of at least
+// while they are small. When the ring holds no send for that socket, the
+// sendmsg is made directly from progress() with MSG_DONTWAIT (what Open MPI's
+// TCP BTL does); only what the socket does not take at once (EAGAIN, a short
+// write) goes through the ring. One sendmsg per peer is in flight at a time,
+// so a short send never interleaves two messages. Payloads of at least
 // options::zero_copy_threshold bytes use IORING_OP_SENDMSG_ZC (Linux ≥ 6.1,
 // probed at run time); such a send completes after the kernel's
 // notification that it no longer reads the buffer.
@@ -36,8 +39,16 @@
 // never use the table: IORING_OP_RECV does not take fixed buffers.
 //
 // Performance: progress() costs no syscall when nothing changed; it submits
-// everything queued with a single io_uring_submit. wait() blocks in the
-// kernel (io_uring_submit_and_wait_timeout), never spins.
+// everything queued with a single io_uring_submit, and a small message to an
+// idle socket costs one sendmsg and no ring round trip. The ring runs its
+// completion work cooperatively (IORING_SETUP_COOP_TASKRUN): on loopback in a
+// 2-vCPU VM the default, an IPI per arriving message, made the 8-byte
+// all-reduce on 2 ranks about twice as slow. wait() polls for
+// options::poll_before_sleep with one cheap system call per round, then
+// blocks in the kernel (io_uring_submit_and_wait_timeout). With more ranks
+// than cores, polling longer does not help: sched_yield under EEVDF rarely
+// hands the core to a waiting rank (over a million yields, 7,700 context
+// switches on 4 ranks / 2 cores), so the partner runs only once we sleep.
 #pragma once
 
 #include <liburing.h>
@@ -115,11 +126,23 @@ class tcp_endpoint final : public transport::endpoint {
     // worlds flush a full SQ early (next_sqe) instead of growing the ring.
     while (entries < 4u * static_cast<unsigned>(world_size) + 8u && entries < 4096) entries <<= 1;
     io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE;
+    // COOP_TASKRUN: a completion (a recv that found data, a send that found
+    // room) finishes as task work in this process. Without the flag the
+    // kernel interrupts this process with an IPI to run it, a VM exit under
+    // virtualisation; with it the work waits for our next system call, and
+    // wait() makes one every few microseconds. TASKRUN_FLAG marks the SQ
+    // ring when such work is pending, so progress() enters the kernel only
+    // then. Both need Linux 5.19; older kernels get the plain ring.
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
     params.cq_entries = entries * 4;
-    if (int rc = io_uring_queue_init_params(entries, &ring_, &params); rc < 0) {
-      throw std::system_error(-rc, std::generic_category(), "uring_tcp: io_uring_queue_init_params");
+    int rc = io_uring_queue_init_params(entries, &ring_, &params);
+    if (rc == -EINVAL) {
+      params = {};
+      params.flags = IORING_SETUP_CQSIZE;
+      params.cq_entries = entries * 4;
+      rc = io_uring_queue_init_params(entries, &ring_, &params);
     }
+    if (rc < 0) throw std::system_error(-rc, std::generic_category(), "uring_tcp: io_uring_queue_init_params");
     if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
       zero_copy_supported_ = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) != 0;
       send_zc_supported_ = io_uring_opcode_supported(probe, IORING_OP_SEND_ZC) != 0;
@@ -191,7 +214,7 @@ class tcp_endpoint final : public transport::endpoint {
                             void* descriptor, completion_context* ctx) noexcept override {
     if (auto ec = validate(peer, buffer, length, ctx, false)) return ec;
     auto& link = *peers_[static_cast<std::size_t>(peer)];
-    if (link.lost) return make_error_code(errc::peer_lost);
+    if (link.lost || link.send_broken) return make_error_code(errc::peer_lost);
     auto* op = allocate(ctx, detail::operation::kind::send, peer, const_cast<void*>(buffer), length, tag, 0);
     if (!op) return make_error_code(errc::transport);
     if (peer == rank_) return send_to_self(link, op);
@@ -303,34 +326,43 @@ class tcp_endpoint final : public transport::endpoint {
     }
   }
 
-  /// Reaps completions, queues the next recv/sendmsg per peer, submits once,
-  /// reaps what completed inline, then calls the contexts of every completed
-  /// operation. Returns how many completions were delivered.
+  /// Reaps completions, sends what it can straight away (see send_directly),
+  /// queues the next recv/sendmsg per peer, submits once (or only runs the
+  /// kernel's pending completion work, when the ring flags some), reaps what
+  /// completed inline, then calls the contexts of every completed operation.
+  /// Returns how many completions were delivered.
   std::size_t progress() noexcept override {
     reap();
     schedule();
-    if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+    if (io_uring_sq_ready(&ring_) > 0) {
+      io_uring_submit(&ring_);
+    } else if (task_work_pending()) {
+      io_uring_get_events(&ring_);
+    }
     reap();
     return deliver();
   }
 
-  /// Blocks in io_uring_submit_and_wait_timeout(3) until a completion entry
-  /// arrives or `deadline` passes; returns at once when completions wait.
+  /// Polls for options::poll_before_sleep, then blocks in
+  /// io_uring_submit_and_wait_timeout(3) until a completion entry arrives or
+  /// `deadline` passes; returns at once when completions wait.
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     if (!ready_.empty() || io_uring_cq_ready(&ring_) > 0) return;
-    schedule();
-    auto now = std::chrono::steady_clock::now();
-    if (deadline <= now) {
-      if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
-      return;
-    }
-    // Poll the completion ring briefly (no system call) before sleeping: a
-    // reply due within microseconds costs less than a sleep and a wake-up.
+    schedule();  // a direct send may complete here
     if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+    auto now = std::chrono::steady_clock::now();
+    if (!ready_.empty() || deadline <= now) return;
+    // Poll briefly before sleeping: a reply due within microseconds costs
+    // less than a sleep and a wake-up. Each round is one system call, which
+    // runs the completion work the kernel holds for us (COOP_TASKRUN).
     const auto spin_until = std::min(deadline, now + poll_before_sleep_);
     while (now < spin_until) {
       if (io_uring_cq_ready(&ring_) > 0) return;
-      ::sched_yield();
+      if (task_work_pending()) {
+        io_uring_get_events(&ring_);
+      } else {
+        ::sched_yield();
+      }
       now = std::chrono::steady_clock::now();
     }
     if (deadline <= now) return;
@@ -759,21 +791,14 @@ class tcp_endpoint final : public transport::endpoint {
     }
     if (res < 0 && res != -ECANCELED) {
       // send(2): EPIPE / ECONNRESET, the peer is gone (MSG_NOSIGNAL: no SIGPIPE).
-      fail_peer(link, link.lost ? loss_reason(link) : make_error_code(errc::peer_lost));
+      if (link.lost) {
+        fail_peer(link, loss_reason(link));
+      } else {
+        break_link(link);
+      }
       return;
     }
-    auto n = static_cast<std::size_t>(res > 0 ? res : 0);
-    while (n > 0) {
-      operation* op = link.sends.front();
-      std::size_t take = std::min(n, op->wire_length() - op->sent);
-      op->sent += take;
-      n -= take;
-      if (op->sent == op->wire_length()) {
-        link.sends.erase(op);
-        ++stats_.messages_sent;
-        finish_send(link, op, {});
-      }
-    }
+    account_sent(link, static_cast<std::size_t>(res > 0 ? res : 0));
     if (!last) return;
     // Cancelled sends that put nothing on the wire leave the queue; the
     // stream stays consistent because none of their bytes were sent.
@@ -786,6 +811,50 @@ class tcp_endpoint final : public transport::endpoint {
       op = next;
     }
     if (link.lost) fail_peer(link, loss_reason(link));
+  }
+
+  /// Advances the link's queue by `n` bytes that reached the socket,
+  /// finishing every message whose last byte is among them.
+  void account_sent(peer_link& link, std::size_t n) noexcept {
+    while (n > 0) {
+      operation* op = link.sends.front();
+      std::size_t take = std::min(n, op->wire_length() - op->sent);
+      op->sent += take;
+      n -= take;
+      if (op->sent == op->wire_length()) {
+        link.sends.erase(op);
+        ++stats_.messages_sent;
+        finish_send(link, op, {});
+      }
+    }
+  }
+
+  /// Sends the link's queue with sendmsg(2) from this thread, MSG_DONTWAIT,
+  /// while the socket takes whole batches; only when the ring has no send on
+  /// this socket, so bytes never interleave. Saves the SQE, the ring's issue
+  /// path and the CQE round trip that make most of a small message's cost.
+  /// Returns false when the rest must go through the ring: the socket is
+  /// full (EAGAIN or a short write) or the head is a zero-copy send. A
+  /// failed socket (EPIPE, ECONNRESET) breaks the link and returns true.
+  bool send_directly(peer_link& link) noexcept {
+    while (operation* head = link.sends.front()) {
+      if (use_zero_copy(*head)) return false;
+      std::size_t covered = 0;
+      std::size_t bytes = 0;
+      msghdr message{};
+      message.msg_iov = link.iov.data();
+      message.msg_iovlen = gather(link, false, covered, bytes);
+      const ssize_t n = ::sendmsg(link.socket.get(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS) return false;
+        break_link(link);  // EPIPE, ECONNRESET: the peer is gone
+        return true;
+      }
+      ++stats_.send_submissions;
+      account_sent(link, static_cast<std::size_t>(n));
+      if (static_cast<std::size_t>(n) < bytes) return false;
+    }
+    return true;
   }
 
   void finish_send(peer_link& link, operation* op, std::error_code error) noexcept {
@@ -806,6 +875,31 @@ class tcp_endpoint final : public transport::endpoint {
   }
 
   // ---- failure -----------------------------------------------------------
+
+  /// A send found the connection dead. What the peer sent before it died
+  /// may still wait in the socket, and the recv that reads it may still wait
+  /// for this process to run the kernel's completion work (COOP_TASKRUN), so
+  /// failing the peer now would fail receives that data would match. Instead
+  /// shut the socket down, which ends the recv in flight with that data and
+  /// then end of stream; on_recv fails the peer from there, in arrival
+  /// order. Queued sends fail now (schedule()), later posts at once.
+  void break_link(peer_link& link) noexcept {
+    if (link.lost || link.send_broken) return;
+    if (!link.recv_in_flight) {
+      fail_peer(link, make_error_code(errc::peer_lost));
+      return;
+    }
+    link.send_broken = true;
+    ::shutdown(link.socket.get(), SHUT_RDWR);
+    fail_sends(link, make_error_code(errc::peer_lost));
+  }
+
+  /// Ends the link's queued sends with `error` once the ring holds none of them.
+  void fail_sends(peer_link& link, std::error_code error) noexcept {
+    if (!link.send_in_flight) {
+      while (auto* op = link.sends.pop_front()) finish_send(link, op, error);
+    }
+  }
 
   std::error_code loss_reason(const peer_link& link) const noexcept {
     return link.loss ? link.loss : make_error_code(errc::peer_lost);
@@ -845,12 +939,16 @@ class tcp_endpoint final : public transport::endpoint {
         m = next;
       }
     }
-    if (!link.send_in_flight) {
-      while (auto* op = link.sends.pop_front()) finish_send(link, op, error);
-    }
+    fail_sends(link, error);
   }
 
   // ---- submission --------------------------------------------------------
+
+  /// Whether the kernel holds completion work that our next system call
+  /// runs (IORING_SQ_TASKRUN; never set on kernels without TASKRUN_FLAG).
+  bool task_work_pending() const noexcept {
+    return (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+  }
 
   io_uring_sqe* next_sqe() noexcept {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
@@ -876,7 +974,13 @@ class tcp_endpoint final : public transport::endpoint {
       }
       if (link.lost) continue;
       if (!link.recv_in_flight) prepare_recv(link);
-      if (!link.send_in_flight && !link.sends.empty()) prepare_send(link);
+      if (link.send_broken) {
+        // The loss comes from the recv; without one in flight, report it now.
+        if (!link.recv_in_flight) fail_peer(link, make_error_code(errc::peer_lost));
+        fail_sends(link, make_error_code(errc::peer_lost));
+        continue;
+      }
+      if (!link.send_in_flight && !link.sends.empty() && !send_directly(link)) prepare_send(link);
     }
   }
 
@@ -920,14 +1024,15 @@ class tcp_endpoint final : public transport::endpoint {
     return zero_copy_supported_ && zero_copy_threshold_ > 0 && op.length >= zero_copy_threshold_;
   }
 
-  void prepare_send(peer_link& link) noexcept {
-    operation* head = link.sends.front();
-    const bool zero_copy = use_zero_copy(*head);
-    if (zero_copy && send_zc_supported_ && fixed_.registered() > 0 && prepare_fixed_send(link, *head)) return;
+  /// Fills link.iov with the unsent rest of the queue's first messages: one
+  /// message when `zero_copy`, else until a zero-copy one, 64 iovecs or
+  /// coalesce_bytes. Sets how many messages and bytes it covers; returns the
+  /// iovec count.
+  std::size_t gather(peer_link& link, bool zero_copy, std::size_t& covered, std::size_t& bytes) noexcept {
     std::size_t count = 0;
-    std::size_t covered = 0;
-    std::size_t bytes = 0;
-    for (operation* op = head; op && count + 2 <= link.iov.size(); op = op->next) {
+    covered = 0;
+    bytes = 0;
+    for (operation* op = link.sends.front(); op && count + 2 <= link.iov.size(); op = op->next) {
       if (covered > 0 && (zero_copy || use_zero_copy(*op) || bytes >= detail::coalesce_bytes)) break;
       std::size_t done = op->sent;
       if (done < sizeof(detail::wire_header)) {
@@ -941,11 +1046,20 @@ class tcp_endpoint final : public transport::endpoint {
       bytes += op->wire_length() - op->sent;
       ++covered;
     }
+    return count;
+  }
+
+  void prepare_send(peer_link& link) noexcept {
+    operation* head = link.sends.front();
+    const bool zero_copy = use_zero_copy(*head);
+    if (zero_copy && send_zc_supported_ && fixed_.registered() > 0 && prepare_fixed_send(link, *head)) return;
     io_uring_sqe* sqe = next_sqe();
     if (!sqe) return;
+    std::size_t covered = 0;
+    std::size_t bytes = 0;
     link.message = {};
     link.message.msg_iov = link.iov.data();
-    link.message.msg_iovlen = count;
+    link.message.msg_iovlen = gather(link, zero_copy, covered, bytes);
     if (zero_copy) {
       io_uring_prep_sendmsg_zc(sqe, link.socket.get(), &link.message, MSG_NOSIGNAL);
       link.send_user_data = &head->zero_copy_slot;

@@ -114,6 +114,7 @@ struct peer_link {
   intrusive_list<operation> awaiting_notification;
   bool send_in_flight = false;
   bool send_cancel_wanted = false;
+  bool send_broken = false;  ///< a send found the connection dead; the loss waits for the recv (see break_link)
   unsigned send_parts = 0;  ///< SQEs of the send in flight still owing their result (2: header + fixed payload)
   std::size_t send_covered = 0;
   io_slot* send_user_data = nullptr;
