@@ -18,7 +18,9 @@
 #   bench/compare.sh --max 16M --iters 5 # quick smoke
 #
 # Options: --min BYTES (4K) --max BYTES (256M) --factor F (4) --iters N (10)
-# --warmup N (2) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
+# --warmup N (2) --small-iters N (200: iterations and, over 10, warm-ups
+# of the sizes below 1 MiB, whose microseconds a median of 10 cannot
+# resolve) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
 # --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling) --rounds N (1:
@@ -30,7 +32,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-min=4K max=256M factor=4 iters=10 warmup=2 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
+min=4K max=256M factor=4 iters=10 warmup=2 small_iters=200 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
 ceiling_lengths="16K 128K 1M" ceiling_seconds=3 rounds=1
 while (($#)); do
   case "$1" in
@@ -39,6 +41,7 @@ while (($#)); do
     --factor) factor=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --small-iters) small_iters=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --pdcoll-algos) algos=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -47,7 +50,7 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -81,9 +84,29 @@ run() {  # run NAME COMMAND...: output to the log, the CSV to $raw/NAME.csv
   fi
 }
 
-sizes() {  # sizes sweep|latency: sets args to the size options
-  if [ "$1" = sweep ]; then args=(-b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c 0)
-  else args=(-b 8 -e 8 -n 200 -w 20 -c 0); fi
+bytes_of() {  # 4K -> 4096 (K, M, G suffixes, as the benchmarks read them)
+  case $1 in
+    *K) echo $((${1%K} << 10)) ;; *M) echo $((${1%M} << 20)) ;; *G) echo $((${1%G} << 30)) ;; *) echo "$1" ;;
+  esac
+}
+# The sweep in two parts: sizes below 1 MiB with --small-iters, the rest with
+# --iters; a part with no size of the series is left out.
+small_last=0 large_first=0
+for ((b = $(bytes_of "$min"); b <= $(bytes_of "$max"); b *= factor)); do
+  if ((b < 1 << 20)); then small_last=$b; elif ((large_first == 0)); then large_first=$b; fi
+  ((factor > 1)) || break
+done
+parts=""
+((small_last > 0)) && parts+="small "
+((large_first > 0)) && parts+="large "
+parts+="latency"
+
+sizes() {  # sizes small|large|latency: sets args to the size options
+  case $1 in
+    small) args=(-b "$min" -e "$small_last" -f "$factor" -n "$small_iters" -w $((small_iters / 10 > warmup ? small_iters / 10 : warmup)) -c 0) ;;
+    large) args=(-b "$large_first" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c 0) ;;
+    *) args=(-b 8 -e 8 -n 200 -w 20 -c 0) ;;
+  esac
 }
 
 # The ceiling first, while nothing else of ours loads the machine. It writes
@@ -101,7 +124,7 @@ for round in $(seq "$rounds"); do
 for r in $ranks; do
   for t in shm tcp uring; do
     for algo in $algos; do
-      for what in sweep latency; do
+      for what in $parts; do
         sizes "$what"
         run "pdcoll-$t-$algo-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
           "$bin/pdcoll-bench" --transport "$t" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
@@ -111,14 +134,14 @@ for r in $ranks; do
   for t in vader tcp; do
     btl=(--mca btl "self,$t")
     [ "$t" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
-    for what in sweep latency; do
+    for what in $parts; do
       sizes "$what"
       run "openmpi-$t-n$r-$what" "${mpi[@]}" -n "$r" "${btl[@]}" \
         "$bin/mpi_allreduce_bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
     done
   done
   for a in allreduce ring_chunked halving_doubling; do
-    for what in sweep latency; do
+    for what in $parts; do
       sizes "$what"
       run "gloo-$a-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
         "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/$((n++)).csv"
