@@ -8,9 +8,9 @@
 // then blocks on its wait object. It registers when a start() returns with
 // its operation pending (one that completed inside start() needs no driver)
 // and leaves at the first drive() that finds it idle, so back-to-back
-// collectives on one thread do not pay the registry's mutex each time. With `progress_thread = true` a thread of
-// the communicator drives progress instead (for runtimes that compute while
-// collectives run).
+// collectives on one thread do not pay the registry's mutex each time. With
+// `progress_thread = true` a thread of the communicator drives progress
+// instead (for runtimes that compute while collectives run).
 //
 // Failure: every operation has a deadline (options.timeout, PDCOLL_TIMEOUT_MS,
 // or a per-operation override). When a deadline passes, a peer is lost, or a
