@@ -316,15 +316,15 @@ class communicator final : private exec::progress_driver {
     std::size_t n = run_completions();
     check_deadlines();
     close_if_stuck();
-    if (n == 0 && driver_registered_ && active_count_ == 0 && notices_in_flight_ == 0) {
-      // Idle since the last operation ended: leave the registry now rather
-      // than when that operation ended, so that a thread issuing collectives
-      // one after another registers once (see register_driver_if_pending).
-      exec::progress_drivers::unregister_driver(this);
-      driver_registered_ = false;
-      return false;
-    }
     if (n == 0) {
+      if (driver_registered_ && active_count_ == 0 && notices_in_flight_ == 0) {
+        // Idle since the last operation ended: leave the registry now rather
+        // than when that operation ended, so that a thread issuing collectives
+        // one after another registers once (see register_driver_if_pending).
+        exec::progress_drivers::unregister_driver(this);
+        driver_registered_ = false;
+        return false;
+      }
       auto now = std::chrono::steady_clock::now();
       auto limit = std::min(until, earliest_deadline_locked());
       if (limit > now) {

@@ -29,6 +29,7 @@
 #include <pdcoll/algorithm/shared_memory.hpp>
 #include <pdcoll/algorithm/tree.hpp>
 #include <pdcoll/error.hpp>
+#include <pdcoll/model/cost_model.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -51,6 +52,11 @@ inline constexpr std::size_t automatic_bandwidth_threshold = std::size_t{1} << 2
 /// 16 MiB; on 4 ranks (on 2 cores) 2–3× at 256 KiB–4 MiB against the
 /// message algorithms and even with the ring from 16 MiB.
 inline constexpr std::size_t automatic_scatter_threshold = std::size_t{32} << 10;
+
+// The thresholds above come from the cost model: it must assume the chunks
+// the algorithms use.
+static_assert(model::ring_chunk_bytes == static_cast<double>(ring::chunk_bytes));
+static_assert(model::pipeline_chunk_bytes == static_cast<double>(tree::chunk_bytes));
 
 /// Small messages by recursive doubling (latency: log2 P steps), mid sizes
 /// by Rabenseifner (ring bandwidth in log-many steps), large by the ring.

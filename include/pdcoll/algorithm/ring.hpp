@@ -34,6 +34,8 @@ struct ring_chunked {
   static_assert(ChunkBytes > 0 && Window > 0);
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "ring";
+  /// Bytes per chunk (model::ring_chunk_bytes assumes the default's).
+  static constexpr std::size_t chunk_bytes = ChunkBytes;
 
   /// All-reduce: ctx.input (count elements) reduced into ctx.output on every rank.
   ///

@@ -99,10 +99,7 @@ struct shared_memory {
       condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
-      // Rank order on every rank: bit-identical results. The first two in one pass.
-      const std::size_t n = bytes / ctx.element_size;
-      ctx.red->apply3(ctx.output.address + offset, s.slot(0), s.slot(1), n);
-      for (int q = 2; q < P; ++q) ctx.red->apply(ctx.output.address + offset, s.slot(q), n);
+      s.reduce_slots(ctx.output.address + offset, bytes / ctx.element_size, ctx.red->apply3, ctx.red->apply);
       s.raise(r, &pdcoll::detail::node_flags::consumed);
     }
     co_return std::error_code{};

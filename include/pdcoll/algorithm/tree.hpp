@@ -21,6 +21,8 @@ template <std::size_t ChunkBytes = std::size_t{256} << 10>
 struct tree_chunked {
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "tree";
+  /// Bytes per pipeline chunk (model::pipeline_chunk_bytes assumes the default's).
+  static constexpr std::size_t chunk_bytes = ChunkBytes;
 
   /// All-reduce of ctx.input into ctx.output: each chunk is reduced up a
   /// binary tree rooted at rank 0 (children 2i+1, 2i+2), then sent back down.

@@ -116,6 +116,15 @@ struct node_step {
       if (flags(q).signature[step & 1] != signature) return false;
     return true;
   }
+  /// After all_published: out = every rank's slot of `count` elements
+  /// combined in rank order with `apply3` / `apply` (a reduction_table's),
+  /// so every rank computes a bit-identical result.
+  void reduce_slots(void* out, std::size_t count,
+                    void (*apply3)(void*, const void*, const void*, std::size_t) noexcept,
+                    void (*apply)(void*, const void*, std::size_t) noexcept) const noexcept {
+    apply3(out, slot(0), slot(1), count);
+    for (int q = 2; q < world_size; ++q) apply(out, slot(q), count);
+  }
   /// Sets this rank's flag `word` of the step's slot to the step and wakes peers.
   void raise(int rank, std::uint64_t (node_flags::*word)[2]) const noexcept {
     store_flag((flags(rank).*word)[step & 1], step);

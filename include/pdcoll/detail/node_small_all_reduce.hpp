@@ -81,8 +81,7 @@ class node_small_all_reduce {
   void reduce_into(std::byte* output, std::size_t count,
                    void (*apply3)(void*, const void*, const void*, std::size_t) noexcept,
                    void (*apply)(void*, const void*, std::size_t) noexcept) noexcept {
-    apply3(output, step_.slot(0), step_.slot(1), count);
-    for (int q = 2; q < step_.world_size; ++q) apply(output, step_.slot(q), count);
+    step_.reduce_slots(output, count, apply3, apply);
     if (verify_) check_.complete();
     step_.raise(rank_, &node_flags::consumed);
   }
