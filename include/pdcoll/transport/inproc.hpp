@@ -14,6 +14,7 @@
 #include <pdcoll/transport/endpoint.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -61,7 +62,11 @@ struct mailbox {
   std::vector<std::deque<unexpected_message>> unexpected;
   std::uint64_t arrivals = 0;
   std::vector<queued_completion> completions;
-  bool dead = false;
+  // Written under `mutex`; also read by peers that hold only their own
+  // mailbox's (post_recv), hence atomic. kill() marks it before it fails the
+  // peers' receives under their mutexes, so such a read is never stale
+  // for a receive that kill() would not fail.
+  std::atomic<bool> dead{false};
   bool closed = false;  // this rank's endpoint was closed: it posts nothing more
 
   void push_completion(completion_context* ctx, completion result) {
@@ -89,7 +94,7 @@ class fabric : public std::enable_shared_from_this<fabric> {
     {
       auto& box = *boxes_[rank];
       std::lock_guard lock(box.mutex);
-      box.dead = true;
+      box.dead.store(true, std::memory_order_release);
     }
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank) continue;
@@ -157,7 +162,7 @@ class inproc_endpoint final : public endpoint, private node_memory {
     completion send_result{{}, length, tag, peer};
     {
       std::lock_guard lock(box.mutex);
-      if (box.dead || box.closed) {
+      if (box.dead.load(std::memory_order_relaxed) || box.closed) {
         send_result.error = make_error_code(errc::peer_lost);
       } else {
         auto it = std::find_if(box.posted.begin(), box.posted.end(), [&](const detail::posted_receive& r) {
@@ -219,7 +224,7 @@ class inproc_endpoint final : public endpoint, private node_memory {
       box.push_completion(ctx, result);
       return {};
     }
-    if (peer != any_peer && fabric_->boxes_[peer]->dead) {
+    if (peer != any_peer && fabric_->boxes_[peer]->dead.load(std::memory_order_acquire)) {
       box.push_completion(ctx, {make_error_code(errc::peer_lost), 0, 0, peer});
       return {};
     }
