@@ -325,13 +325,19 @@ class communicator final : private exec::progress_driver {
         driver_registered_ = false;
         return false;
       }
-      auto now = std::chrono::steady_clock::now();
-      auto limit = std::min(until, earliest_deadline_locked());
-      if (limit > now) {
+      // Wait until something runs or `limit`. A wake-up that runs nothing (a
+      // peer rang for a flag this rank needs, but not the last one) waits
+      // again here: returning false would send the caller's run_loop to sleep
+      // on its own condition variable until its horizon, where no peer's ring
+      // reaches it (up to 1 ms lost per such wake-up on 4 ranks over 2 cores).
+      for (auto limit = std::min(until, earliest_deadline_locked()); limit > std::chrono::steady_clock::now();
+           limit = std::min(until, earliest_deadline_locked())) {
         endpoint_->wait(limit);
+        service_stop_requests();
         n = run_completions();
         check_deadlines();
         close_if_stuck();
+        if (n > 0 || (active_ == nullptr && notices_in_flight_ == 0)) break;
       }
     }
     return n > 0;

@@ -35,6 +35,9 @@ struct endpoint_counters {
 struct endpoint_faults {
   bool ignore_cancel = false;  ///< cancel() does nothing (close() still ends everything)
   std::optional<transport::memory_kind> unreachable;  ///< path_for(kind) answers unreachable
+  /// The first this-many wait() calls return at once with nothing ready, as a
+  /// doorbell rung for a flag the rank needs, but not the last one.
+  int early_wakeups = 0;
 };
 
 /// Forwards to an inner endpoint, counting and injecting endpoint_faults.
@@ -42,7 +45,8 @@ class wrapped_endpoint final : public transport::endpoint {
  public:
   wrapped_endpoint(std::unique_ptr<transport::endpoint> inner, std::shared_ptr<endpoint_counters> counters,
                    endpoint_faults faults)
-      : inner_(std::move(inner)), counters_(std::move(counters)), faults_(faults) {}
+      : inner_(std::move(inner)), counters_(std::move(counters)), faults_(faults),
+        early_wakeups_left_(faults.early_wakeups) {}
 
   int rank() const noexcept override { return inner_->rank(); }
   int world_size() const noexcept override { return inner_->world_size(); }
@@ -68,7 +72,16 @@ class wrapped_endpoint final : public transport::endpoint {
     inner_->close();
   }
   std::size_t progress() noexcept override { return inner_->progress(); }
-  void wait(std::chrono::steady_clock::time_point deadline) noexcept override { inner_->wait(deadline); }
+  void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
+    if (early_wakeups_left_ > 0) {
+      --early_wakeups_left_;
+      ++early_wakeups_taken;
+      return;
+    }
+    inner_->wait(deadline);
+  }
+  /// How many of faults.early_wakeups wait() has used (read by the test).
+  std::atomic<int> early_wakeups_taken{0};
   transport::data_path path_for(transport::memory_kind kind) const noexcept override {
     if (faults_.unreachable && *faults_.unreachable == kind) return transport::data_path::unreachable;
     return inner_->path_for(kind);
@@ -89,6 +102,7 @@ class wrapped_endpoint final : public transport::endpoint {
   std::unique_ptr<transport::endpoint> inner_;
   std::shared_ptr<endpoint_counters> counters_;
   endpoint_faults faults_;
+  int early_wakeups_left_;  // only the driving thread calls wait()
 };
 
 /// N communicators over wrapped inproc endpoints, created together.

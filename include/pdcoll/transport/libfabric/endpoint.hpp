@@ -97,6 +97,7 @@
 #include "pdcoll/transport/libfabric/doorbell.hpp"
 #include "pdcoll/transport/libfabric/shared_regions.hpp"
 #include "pdcoll/transport/libfabric/errors.hpp"
+#include "pdcoll/transport/poll_policy.hpp"
 
 namespace pdcoll::transport::libfabric {
 
@@ -138,8 +139,8 @@ struct options {
   /// (0, say) turns node memory off, and so does PDCOLL_SHM_COLLECTIVES=0.
   /// Same on all ranks.
   std::size_t node_memory_bytes = (std::size_t{2} << 20) + 8192;
-  /// How long wait() polls before it sleeps (on the CQ's fd, or on shm's doorbell).
-  std::chrono::microseconds poll_before_sleep{20};
+  /// How long wait() polls before it sleeps (poll_policy.hpp; on the CQ's fd, or on shm's doorbell).
+  std::chrono::microseconds poll_before_sleep = default_poll_before_sleep();
   /// How long a post may meet -FI_EAGAIN before it ends with
   /// errc::peer_lost: a queued post (see the file comment) completes with it,
   /// an internal retry returns it. A peer that accepts nothing for this long

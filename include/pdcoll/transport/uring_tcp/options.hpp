@@ -3,6 +3,8 @@
 // and the knobs whose defaults come from loopback measurements.
 #pragma once
 
+#include <pdcoll/transport/poll_policy.hpp>
+
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -33,8 +35,9 @@ struct options {
   /// Per-peer receive staging buffer: headers and small payloads are read
   /// into it in batches; payloads that do not fit are received in place.
   std::size_t staging_bytes = 64 * 1024;
-  /// How long wait() polls the completion ring before it sleeps in the kernel.
-  std::chrono::microseconds poll_before_sleep{20};
+  /// How long wait() polls the completion ring before it sleeps in the kernel
+  /// (poll_policy.hpp).
+  std::chrono::microseconds poll_before_sleep = default_poll_before_sleep();
   /// Slots of the ring's registered-buffer table, filled by
   /// tcp_endpoint::register_region (at most 16384, the kernel's limit; 0
   /// turns registration off). Only zero-copy sends use registered buffers,
