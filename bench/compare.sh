@@ -6,7 +6,8 @@
 #   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
 #   tcp-ceiling the TCP loopback ceiling: n concurrent iperf3 streams for n ranks
 #               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing
-# over 4 KiB .. 256 MiB (×4 steps by default), plus an 8-byte latency row per
+# with ranks bound to a core each where there are enough cores (pdcoll-run's
+# default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by default), plus an 8-byte latency row per
 # library. Writes one CSV (library, transport, algorithm, ranks,
 # oversubscribed, bytes, time_us, busbw_GBps; the ceiling as a flat series),
 # a PNG (busbw vs size, one panel per rank count, the ceiling a flat line), a
@@ -50,7 +51,7 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -70,9 +71,15 @@ trap 'rm -rf "$raw"' EXIT
 log=$out/compare.log
 : >"$log"
 # Open MPI as root in a container, more ranks than cores; keep it from
-# probing other interfaces.
+# probing other interfaces. Every library's ranks are bound to a core each
+# when there are enough cores and left unbound otherwise: pdcoll-run's
+# default (pdcoll and Gloo run under it) and the same choice for mpirun.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
-mpi=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+mpi_for() {  # mpi_for RANKS: sets mpi to the mpirun command line
+  local bind=none
+  (($1 <= $(nproc))) && bind=core
+  mpi=(mpirun --oversubscribe --allow-run-as-root --bind-to "$bind")
+}
 timeout_s=1800
 n=0
 
@@ -131,6 +138,7 @@ for r in $ranks; do
       done
     done
   done
+  mpi_for "$r"
   for t in vader tcp; do
     btl=(--mca btl "self,$t")
     [ "$t" = tcp ] && btl+=(--mca btl_tcp_if_include lo)

@@ -114,6 +114,37 @@ def test_bad_program_and_usage():
     check(proc.returncode == 2, "-n 0 is a usage error", proc)
 
 
+def allowed_cpus_per_rank(args):
+    """rank -> the set of CPUs it may run on, as each rank reads it from /proc."""
+    proc, _ = run(args + ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
+    check(proc.returncode == 0, f"pdcoll-run {' '.join(args)} runs", proc)
+    cpus = {}
+    for line in proc.stdout.decode().splitlines():
+        rank, _, listed = line.split(None, 2)
+        allowed = set()
+        for part in listed.split(","):
+            low, _, high = part.partition("-")
+            allowed.update(range(int(low), int(high or low) + 1))
+        cpus[int(rank.strip("[]"))] = allowed
+    return cpus
+
+
+def test_binding():
+    mine = os.sched_getaffinity(0)
+    n = len(mine)
+    bound = allowed_cpus_per_rank(["-n", str(n), "--bind-to", "core"])
+    check(sorted(bound) == list(range(n)) and all(len(c) == 1 and c <= mine for c in bound.values())
+          and len(set().union(*bound.values())) == n, f"--bind-to core gives each of {n} ranks its own CPU")
+    check(allowed_cpus_per_rank(["-n", str(n)]) == bound, "binding is the default while every rank gets a CPU")
+    wrapped = allowed_cpus_per_rank(["-n", str(n + 1), "--bind-to", "core"])
+    check(wrapped[n] == wrapped[0], "--bind-to core wraps around when ranks outnumber CPUs")
+    for args, what in ((["-n", str(n + 1)], "ranks outnumber CPUs"), (["-n", "1", "--bind-to", "none"], "--bind-to none")):
+        free = allowed_cpus_per_rank(args)
+        check(all(c == mine for c in free.values()), f"no binding when {what}")
+    proc, _ = run(["-n", "1", "--bind-to", "socket", "true"])
+    check(proc.returncode == 2, "an unknown --bind-to is a usage error", proc)
+
+
 if __name__ == "__main__":
     for name, test in list(globals().items()):
         if name.startswith("test_"):
