@@ -478,14 +478,15 @@ class communicator final : private exec::progress_driver {
     if (aborted() && abort_reason_) return abort_reason_;
     return own;
   }
-  /// Aborts under the lock (see abort()).
-  void abort_locked(std::error_code reason, bool notify_peers) noexcept {
+  /// Aborts under the lock (see abort()); `notify_peers`: tells every peer
+  /// but `except` (the rank whose notice this abort answers, or -1).
+  void abort_locked(std::error_code reason, bool notify_peers, int except = -1) noexcept {
     if (aborted()) return;
     abort_reason_ = reason;
     abort_time_ = std::chrono::steady_clock::now();
     aborted_.store(true, std::memory_order_release);
     detail::log(detail::log_level::warn, rank_, "communicator aborted: " + reason.message());
-    if (notify_peers) send_abort_notices(reason);
+    if (notify_peers) send_abort_notices(reason, except);
     for (auto* op = active_; op; op = op->next_active) op->cancel_outstanding();
   }
 
@@ -527,14 +528,21 @@ class communicator final : private exec::progress_driver {
     auto code = static_cast<errc>(self->control_payload_);
     detail::log(detail::log_level::info, self->rank_,
                 "abort notice from rank " + std::to_string(c.peer) + ": " + make_error_code(code).message());
-    self->abort_locked(make_error_code(code), false);
+    // Pass it on to every other peer: a rank that learns of the abort may end
+    // at once, and a peer of its own that had not yet read the originator's
+    // notice would otherwise see its connection close first and fail with
+    // peer_lost (seen in a CI run of multiproc.failure.abort_idle.uring).
+    // Messages between two ranks arrive in order, so the forwarded notice
+    // comes before the end of that connection.
+    self->abort_locked(make_error_code(code), /*notify_peers=*/true, /*except=*/c.peer);
     self->post_control_receive();
   }
 
-  void send_abort_notices(std::error_code reason) noexcept {
+  // Tells every peer but `except` (a rank) of the abort.
+  void send_abort_notices(std::error_code reason, int except = -1) noexcept {
     std::int32_t code = reason.category() == error_category() ? reason.value() : static_cast<int>(errc::aborted);
     for (int peer = 0; peer < world_size_; ++peer) {
-      if (peer == rank_) continue;
+      if (peer == rank_ || peer == except) continue;
       auto& n = notices_[static_cast<std::size_t>(peer)];
       if (n.in_flight) continue;
       n.comm = this;

@@ -233,3 +233,26 @@ TEST_CASE("different collectives fail fast with collective_mismatch, or time out
     }
   }
 }
+
+TEST_CASE("a rank that receives an abort notice passes it on to every peer but the one it came from") {
+  // Rank 2 must not learn of rank 0's abort only from rank 1's connection
+  // closing (rank 1 may end as soon as it is aborted): rank 1 tells it too.
+  pdcoll::testing::wrapped_world world(4, [](int) { return pdcoll::testing::endpoint_faults{}; }, short_timeout(10s));
+  auto control_sends = [&](int r) {
+    return world.counters[static_cast<std::size_t>(r)]->sends.load() -
+           world.counters[static_cast<std::size_t>(r)]->data_sends.load();
+  };
+  world.comms[0]->abort();
+  CHECK(control_sends(0) == 3);  // the originator: every peer
+  const auto give_up = clock_type::now() + 5s;
+  for (int r = 1; r < 4; ++r) {
+    auto& comm = *world.comms[static_cast<std::size_t>(r)];
+    while (!comm.aborted() && clock_type::now() < give_up) comm.drive(clock_type::now() + 10ms);
+    CHECK(comm.aborted());
+    CHECK(comm.abort_reason() == pdcoll::errc::aborted);
+    // Let its forwarded notices leave; the ones it receives in turn change nothing.
+    for (int i = 0; i < 20; ++i) comm.drive(clock_type::now() + 1ms);
+    CAPTURE(r);
+    CHECK(control_sends(r) == 2);  // every peer but rank 0, once
+  }
+}
