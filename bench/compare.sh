@@ -7,9 +7,10 @@
 #   tcp-ceiling the TCP loopback ceiling: n concurrent iperf3 streams for n ranks
 #               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing
 # with ranks bound to a core each where there are enough cores (pdcoll-run's
-# default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by default), plus an 8-byte latency row per
-# library. Writes one CSV (library, transport, algorithm, ranks,
-# oversubscribed, bytes, time_us, busbw_GBps; the ceiling as a flat series),
+# default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by
+# default), plus an 8-byte latency row per library. Writes one CSV (library,
+# transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps;
+# the ceiling as a flat series),
 # a PNG (busbw vs size, one panel per rank count, the ceiling a flat line), a
 # ratio table (pdcoll vs the best baseline, then every TCP series' busbw over
 # the ceiling) and the ceiling's per-stream figures (tcp_ceiling.csv), all
@@ -51,7 +52,7 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

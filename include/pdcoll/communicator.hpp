@@ -33,6 +33,7 @@
 #pragma once
 
 #include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/env.hpp>
 #include <pdcoll/detail/host_block_pool.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/detail/tags.hpp>
@@ -95,12 +96,7 @@ struct communicator_options {
 
   /// PDCOLL_TIMEOUT_MS or 60 s.
   static std::chrono::milliseconds default_timeout() noexcept {
-    if (const char* v = std::getenv("PDCOLL_TIMEOUT_MS")) {
-      char* end = nullptr;
-      long long ms = std::strtoll(v, &end, 10);
-      if (end != v && *end == '\0' && ms > 0) return std::chrono::milliseconds(ms);
-    }
-    return std::chrono::seconds(60);
+    return std::chrono::milliseconds(detail::env_number("PDCOLL_TIMEOUT_MS", 1).value_or(60'000));
   }
   /// True when the variable is set to something other than "0".
   static bool env_flag(const char* name) noexcept {
@@ -314,10 +310,7 @@ class communicator final : private exec::progress_driver {
         if (outermost) self.flush_abort_notices();
       }
     } ending{*this, outermost};
-    service_stop_requests();
-    std::size_t n = run_completions();
-    check_deadlines();
-    close_if_stuck();
+    std::size_t n = progress_turn();
     if (n == 0) {
       if (driver_registered_ && active_count_ == 0 && notices_in_flight_ == 0) {
         // Idle since the last operation ended: leave the registry now rather
@@ -335,10 +328,7 @@ class communicator final : private exec::progress_driver {
       for (auto limit = std::min(until, earliest_deadline_locked()); limit > std::chrono::steady_clock::now();
            limit = std::min(until, earliest_deadline_locked())) {
         endpoint_->wait(limit);
-        service_stop_requests();
-        n = run_completions();
-        check_deadlines();
-        close_if_stuck();
+        n = progress_turn();
         if (n > 0 || (active_ == nullptr && notices_in_flight_ == 0)) break;
       }
     }
@@ -584,6 +574,15 @@ class communicator final : private exec::progress_driver {
 
   // Runs what completed: the endpoint's completions, then what operations
   // wait for in shared memory. Under the lock.
+  // One turn of drive(): stop requests, completions and what they ran,
+  // deadlines, the stuck-path close. Returns what ran.
+  std::size_t progress_turn() noexcept {
+    service_stop_requests();
+    const std::size_t n = run_completions();
+    check_deadlines();
+    close_if_stuck();
+    return n;
+  }
   std::size_t run_completions() noexcept {
     const std::size_t n = endpoint_->progress();
     return n + poll_operations();

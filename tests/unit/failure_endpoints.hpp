@@ -29,6 +29,8 @@ struct endpoint_counters {
   int data_posts() const noexcept { return data_sends.load() + data_receives.load(); }
   std::atomic<int> data_sends{0};
   std::atomic<int> data_receives{0};
+  /// wait() calls that returned at once (endpoint_faults::early_wakeups).
+  std::atomic<int> early_wakeups{0};
 };
 
 /// How a wrapped endpoint misbehaves.
@@ -45,8 +47,7 @@ class wrapped_endpoint final : public transport::endpoint {
  public:
   wrapped_endpoint(std::unique_ptr<transport::endpoint> inner, std::shared_ptr<endpoint_counters> counters,
                    endpoint_faults faults)
-      : inner_(std::move(inner)), counters_(std::move(counters)), faults_(faults),
-        early_wakeups_left_(faults.early_wakeups) {}
+      : inner_(std::move(inner)), counters_(std::move(counters)), faults_(faults) {}
 
   int rank() const noexcept override { return inner_->rank(); }
   int world_size() const noexcept override { return inner_->world_size(); }
@@ -73,15 +74,12 @@ class wrapped_endpoint final : public transport::endpoint {
   }
   std::size_t progress() noexcept override { return inner_->progress(); }
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
-    if (early_wakeups_left_ > 0) {
-      --early_wakeups_left_;
-      ++early_wakeups_taken;
+    if (counters_->early_wakeups.load() < faults_.early_wakeups) {  // only the driving thread calls wait()
+      ++counters_->early_wakeups;
       return;
     }
     inner_->wait(deadline);
   }
-  /// How many of faults.early_wakeups wait() has used (read by the test).
-  std::atomic<int> early_wakeups_taken{0};
   transport::data_path path_for(transport::memory_kind kind) const noexcept override {
     if (faults_.unreachable && *faults_.unreachable == kind) return transport::data_path::unreachable;
     return inner_->path_for(kind);
@@ -102,7 +100,6 @@ class wrapped_endpoint final : public transport::endpoint {
   std::unique_ptr<transport::endpoint> inner_;
   std::shared_ptr<endpoint_counters> counters_;
   endpoint_faults faults_;
-  int early_wakeups_left_;  // only the driving thread calls wait()
 };
 
 /// N communicators over wrapped inproc endpoints, created together.

@@ -38,9 +38,8 @@ TEST_CASE("drive() keeps waiting after wake-ups that run nothing: it never retur
     ex::start(op);
     REQUIRE_FALSE(rec.done.load());  // rank 1 has not joined
     // Rank 1 joins only after rank 0's drive has used up its early wake-ups.
-    auto& rank0_endpoint = static_cast<pdcoll::testing::wrapped_endpoint&>(world.comms[0]->endpoint());
     std::thread peer([&] {
-      REQUIRE(ex::test::wait_for([&] { return rank0_endpoint.early_wakeups_taken.load() == early; }));
+      REQUIRE(ex::test::wait_for([&] { return world.counters[0]->early_wakeups.load() == early; }));
       std::this_thread::sleep_for(20ms);
       ex::sync_wait(pdcoll::all_reduce(*world.comms[1], b));
     });
@@ -51,7 +50,7 @@ TEST_CASE("drive() keeps waiting after wake-ups that run nothing: it never retur
     while (!rec.done.load() && std::chrono::steady_clock::now() < give_up)
       if (!world.comms[0]->drive(std::chrono::steady_clock::now() + 10s)) ++returned_idle;
     peer.join();
-    CHECK(rank0_endpoint.early_wakeups_taken.load() == early);
+    CHECK(world.counters[0]->early_wakeups.load() == early);
     CHECK(returned_idle == 0);
     REQUIRE(rec.done.load());
     CHECK(!rec.error);

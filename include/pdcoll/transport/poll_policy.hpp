@@ -7,19 +7,15 @@
 // this value; PDCOLL_POLL_US overrides it for a whole job.
 #pragma once
 
+#include <pdcoll/detail/env.hpp>
+
 #include <chrono>
-#include <cstdlib>
 
 namespace pdcoll::transport {
 
 /// PDCOLL_POLL_US (microseconds, 0: sleep at once) when it is a number, else 20.
 inline std::chrono::microseconds default_poll_before_sleep() noexcept {
-  if (const char* v = std::getenv("PDCOLL_POLL_US"); v && *v) {
-    char* end = nullptr;
-    const long long us = std::strtoll(v, &end, 10);
-    if (*end == '\0' && us >= 0) return std::chrono::microseconds(us);
-  }
-  return std::chrono::microseconds(20);
+  return std::chrono::microseconds(pdcoll::detail::env_number("PDCOLL_POLL_US", 0).value_or(20));
 }
 
 }  // namespace pdcoll::transport
