@@ -51,6 +51,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace pdcoll {
@@ -197,7 +198,10 @@ class communicator final : private exec::progress_driver {
     notices_.resize(static_cast<std::size_t>(world_size_));
     if (options_.cache_registrations) cache_.emplace(registrar_);
     post_control_receive();
-    if (endpoint_->shared_node_memory()) endpoint_->set_wait_condition({&communicator::operations_ready, this});
+    if (auto* node = endpoint_->shared_node_memory()) {
+      endpoint_->set_wait_condition({&communicator::operations_ready, this});
+      for (int q = 0; q < world_size_; ++q) node_regions_.push_back(node->region(q));
+    }
     if (options_.progress_thread) {
       progress_thread_ = std::thread([this] { run_progress_thread(); });
     }
@@ -421,6 +425,14 @@ class communicator final : private exec::progress_driver {
   std::recursive_mutex& mutex() const noexcept { return mutex_; }
   /// Next collective sequence number; called in start() order, under the lock.
   std::uint64_t next_sequence() noexcept { return next_seq_++; }
+  /// Every rank's node memory region (node_memory::region, read once: the
+  /// small all-reduce looks at them several times per collective); nullptr
+  /// without node memory.
+  std::byte* const* node_regions() const noexcept { return node_regions_.empty() ? nullptr : node_regions_.data(); }
+  /// Records collective `seq` as this rank's latest small all-reduce through
+  /// node memory (detail/node_small_all_reduce.hpp) and returns the previous
+  /// one's mark (its seq + 1; 0 for none). In start() order, under the lock.
+  std::uint64_t follow_small_all_reduce(std::uint64_t seq) noexcept { return std::exchange(last_small_mark_, seq + 1); }
   /// Takes `n` steps of the shared-memory sequence (algorithm/shared_memory.hpp),
   /// in start() order, under the lock; returns the first.
   std::uint64_t reserve_node_steps(std::uint64_t n) noexcept {
@@ -625,12 +637,15 @@ class communicator final : private exec::progress_driver {
     for (auto* op = active_; op; op = op->next_active) {
       if (!op->timed_out && now >= op->deadline) {
         op->timed_out = true;
-        std::string what;
-        try {
-          what = op->describe();
-        } catch (...) {
+        if (detail::current_log_level() >= detail::log_level::warn) {
+          try {
+            std::string what = "operation passed its deadline: " + op->describe();
+            for (auto* other = active_; other; other = other->next_active)
+              if (other != op) what += "\n  also pending: " + other->describe();
+            detail::log(detail::log_level::warn, rank_, what);
+          } catch (...) {
+          }
         }
-        detail::log(detail::log_level::warn, rank_, "operation passed its deadline: " + what);
         abort_locked(make_error_code(errc::timeout), true);
         return;  // abort cancelled everything
       }
@@ -703,6 +718,8 @@ class communicator final : private exec::progress_driver {
   std::size_t active_count_ = 0;
   bool driver_registered_ = false;
   std::uint64_t next_seq_ = 0;
+  std::vector<std::byte*> node_regions_;  // see node_regions()
+  std::uint64_t last_small_mark_ = 0;      // see follow_small_all_reduce()
   std::uint64_t next_node_step_ = 2;  // shared-memory steps start at 2 (algorithm/shared_memory.hpp)
   control_context control_ctx_;
   std::int32_t control_payload_ = 0;

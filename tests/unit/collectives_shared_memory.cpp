@@ -6,6 +6,7 @@
 
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
+#include <support/outcome.hpp>
 #include <unit/exec_support.hpp>
 
 #include <algorithm>
@@ -21,11 +22,12 @@
 namespace {
 
 namespace ex = pdcoll::exec;
+using pdcoll::testing::outcome_of;
 using namespace std::chrono_literals;
 
-// Small regions: slots of 28 KiB after the 8 KiB of flags, so a few thousand
-// floats take several chunks.
-constexpr std::size_t region_bytes = 8192 + 2 * 28 * 1024;
+// Small regions: slots of 28 KiB after the flags and mailboxes, so a few
+// thousand floats take several chunks.
+constexpr std::size_t region_bytes = pdcoll::detail::node_slot_offset + 2 * 28 * 1024;
 
 float contribution(int rank, std::size_t i, std::uint64_t salt) {
   return static_cast<float>((static_cast<std::uint64_t>(rank) * 7919 + i * 31 + salt * 17) % 1000) / 7.0f;
@@ -41,15 +43,6 @@ std::vector<float> expected_sum(int P, std::size_t n, std::uint64_t salt) {
     out[i] = acc;
   }
   return out;
-}
-
-std::error_code outcome_of(pdcoll::collective_sender s) {
-  try {
-    ex::sync_wait(std::move(s));
-  } catch (const std::system_error& e) {
-    return e.code();
-  }
-  return {};
 }
 
 pdcoll::communicator_options quick(std::chrono::milliseconds timeout) {

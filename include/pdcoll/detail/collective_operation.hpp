@@ -10,6 +10,7 @@
 
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/cpu_relax.hpp>
 #include <pdcoll/detail/stop_link.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/detail/node_layout.hpp>
@@ -243,7 +244,8 @@ class collective_op_base : public collective_context, public operation_base {
   std::string describe() const override {
     std::string pending;
     for (auto* b = outstanding_; b; b = b->next_outstanding) b->describe_pending(pending);
-    if (waiting_ || small_) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
+    if (waiting_) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
+    if (small_) pending += std::string(pending.empty() ? "" : "; ") + small_->describe();
     return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" +
            std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
            (pending.empty() ? std::string() : ": " + pending);
@@ -456,19 +458,34 @@ class collective_op_base : public collective_context, public operation_base {
   bool start_small() noexcept {
     const std::size_t bytes = count * element_size;
     if (spec_.kind != collective_kind::all_reduce || staged_ || world_size < 2 || count == 0 ||
-        bytes > spec_.node_small_bytes)
+        bytes > std::min(spec_.node_small_bytes, node_mail_capacity))
       return false;
     auto* node = comm_->endpoint().shared_node_memory();
-    if (!node || bytes > node_step::slot_bytes(*node)) return false;
-    small_.emplace(*node, rank, world_size, comm_->reserve_node_steps(1), seq_, signature_,
-                   comm_->options().verify_collectives);
+    if (!node) return false;
+    small_.emplace(*node, comm_->node_regions(), rank, world_size, seq_, comm_->follow_small_all_reduce(seq_),
+                   signature_, comm_->options().verify_collectives);
+    // Peers on other cores are usually a fraction of a microsecond behind:
+    // look at their mailboxes for a while (waking them once, at the end)
+    // before leaving the wait to the endpoint, which yields and sleeps.
+    const auto spin = node_small_all_reduce::spin_for(world_size);
+    if (spin.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + spin;
+      do {
+        for (int i = 0; i < 32; ++i) {
+          if (small_->can_advance() && advance_small(false)) return true;  // finished: touch nothing
+          cpu_relax();
+        }
+      } while (std::chrono::steady_clock::now() < until);
+    }
     advance_small();
     return true;
   }
 
   // Moves the small all-reduce on as far as the peers allow; true when the
-  // operation finished (and may be gone: touch nothing after).
-  bool advance_small() noexcept {
+  // operation finished (and may be gone: touch nothing after). With
+  // `wake_if_waiting` false, peers learn of a publication only once the
+  // operation finishes or a later call wakes them.
+  bool advance_small(bool wake_if_waiting = true) noexcept {
     if (cancelled_) {
       finish(std::make_error_code(std::errc::operation_canceled));
       return true;
@@ -476,7 +493,9 @@ class collective_op_base : public collective_context, public operation_base {
     if (!small_->try_publish(static_cast<const std::byte*>(spec_.input.region.address), count * element_size))
       return false;
     switch (small_->peers()) {
-      case node_small_all_reduce::state::waiting: return false;
+      case node_small_all_reduce::state::waiting:
+        if (wake_if_waiting) small_->wake_peers();
+        return false;
       case node_small_all_reduce::state::mismatch: finish(make_error_code(errc::collective_mismatch)); return true;
       case node_small_all_reduce::state::ready: break;
     }

@@ -1,7 +1,8 @@
 // File: detail/node_layout.hpp — what pdcoll keeps in each rank's region of
 // node memory (transport/node_memory.hpp), and the atomic accessors for it.
 //
-// The region starts with flags and then holds the shared-memory
+// The region starts with flags, then the two mailboxes of the small
+// all-reduce (node_small_all_reduce.hpp), then the shared-memory
 // all-reduce's two slots (algorithm/shared_memory.hpp). Only the owning
 // rank writes its region; peers read it. A zero-filled region is the
 // initial state of every field.
@@ -40,11 +41,32 @@ struct node_flags {
   /// Reduce-scatter variant: the last step whose block this rank has
   /// reduced into its own slot p.
   alignas(64) std::uint64_t reduced[2];
+  /// Small all-reduce: the mark of the last mailbox collective whose
+  /// contributions this rank has finished reading (0: none).
+  alignas(64) std::uint64_t mail_done;
 };
 
+/// The start of one of a rank's two mailboxes (node_small_all_reduce.hpp);
+/// the contribution follows at node_mail_payload, so a few bytes share the
+/// header's cache line.
+struct node_mail_header {
+  std::uint64_t mark;       ///< seq + 1 of the collective whose contribution follows (0: none yet)
+  std::uint64_t signature;  ///< that collective's signature
+  std::uint64_t done;       ///< the owner's mail_done when it wrote mark
+};
+
+/// Offset of the first mailbox in a region.
+inline constexpr std::size_t node_mail_offset = 8192;
+/// Offset of the contribution in a mailbox.
+inline constexpr std::size_t node_mail_payload = 32;
+/// The largest contribution a mailbox holds.
+inline constexpr std::size_t node_mail_capacity = std::size_t{32} << 10;
+/// Distance between a rank's two mailboxes.
+inline constexpr std::size_t node_mail_stride = (node_mail_payload + node_mail_capacity + 63) / 64 * 64;
 /// Offset of the all-reduce's first slot in a region.
-inline constexpr std::size_t node_slot_offset = 8192;
-static_assert(sizeof(node_flags) <= node_slot_offset);
+inline constexpr std::size_t node_slot_offset = (node_mail_offset + 2 * node_mail_stride + 4095) / 4096 * 4096;
+static_assert(sizeof(node_flags) <= node_mail_offset);
+static_assert(sizeof(node_mail_header) <= node_mail_payload);
 static_assert(node_slot_offset + 2 * 4096 <= transport::min_node_memory_bytes, "two slots of at least a page");
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free, "node memory flags need lock-free atomics");
 
@@ -132,6 +154,19 @@ struct node_step {
   }
 };
 
+/// The mailbox for collective `seq` in `region` (a rank's two alternate by seq's parity).
+inline std::byte* mailbox_in(std::byte* region, std::uint64_t seq) noexcept {
+  return region + node_mail_offset + (seq & 1) * node_mail_stride;
+}
+/// Rank `rank`'s mailbox for collective `seq`.
+inline std::byte* mailbox_of(const transport::node_memory& node, int rank, std::uint64_t seq) noexcept {
+  return mailbox_in(node.region(rank), seq);
+}
+/// The header at the start of `mailbox`.
+inline node_mail_header& mail_header(std::byte* mailbox) noexcept {
+  return *reinterpret_cast<node_mail_header*>(mailbox);
+}
+
 /// Collective `seq`'s signature check through node memory (see
 /// collective_operation.hpp): each rank writes its signature into entry seq
 /// of the ring in its own region, once its right neighbour has checked that
@@ -151,10 +186,17 @@ struct node_check {
     return c.seq < node_check_entries ||
            load_flag(flags_of(*c.node, (c.rank + 1) % c.world_size).checked) > c.seq - node_check_entries;
   }
-  /// Every earlier check has completed and the left neighbour's entry for seq is there.
+  /// Every earlier check has completed and the left neighbour's entry for
+  /// seq is there, or it runs seq as a small all-reduce (which writes no entry).
   static bool arrived(const void* self) noexcept {
     const auto& c = *static_cast<const node_check*>(self);
-    return load_flag(c.own().checked) == c.seq && load_flag(c.entry(c.left()).sequence) == c.seq + 1;
+    return load_flag(c.own().checked) == c.seq &&
+           (load_flag(c.entry(c.left()).sequence) == c.seq + 1 || c.left_in_mailbox());
+  }
+  /// The left neighbour runs seq as a small all-reduce.
+  bool left_in_mailbox() const noexcept {
+    const int l = (rank + world_size - 1) % world_size;
+    return load_flag(mail_header(mailbox_of(*node, l, seq)).mark) == seq + 1;
   }
   /// Writes this rank's entry (after room); the caller wakes peers.
   void post(std::uint64_t signature) const noexcept {
@@ -162,14 +204,15 @@ struct node_check {
     mine.signature = signature;
     store_flag(mine.sequence, seq + 1);
   }
-  /// After arrived: the left neighbour started the same collective as seq.
-  bool left_matches(std::uint64_t signature) const noexcept { return entry(left()).signature == signature; }
-  /// The left neighbour's entry for seq is there and names another collective
-  /// (known without waiting for the earlier checks).
-  bool left_differs(std::uint64_t signature) const noexcept {
+  /// After arrived: the left neighbour started the same collective as seq,
+  /// the same way (a small all-reduce there means it chose another path).
+  bool left_matches(std::uint64_t signature) const noexcept {
     auto& e = entry(left());
-    return load_flag(e.sequence) == seq + 1 && e.signature != signature;
+    return load_flag(e.sequence) == seq + 1 && e.signature == signature;
   }
+  /// The left neighbour posted an entry for seq: it runs seq on another path
+  /// than a small all-reduce (known without waiting for the earlier checks).
+  bool left_posted() const noexcept { return load_flag(entry(left()).sequence) == seq + 1; }
   /// After arrived: marks seq checked (the caller wakes peers).
   void complete() const noexcept { store_flag(own().checked, seq + 1); }
 };

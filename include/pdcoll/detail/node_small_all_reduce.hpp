@@ -1,28 +1,46 @@
 // File: detail/node_small_all_reduce.hpp — a small all-reduce through node
-// memory, run by the operation itself: the shared_memory algorithm's single
-// step (algorithm/shared_memory.hpp) fused with the signature check.
+// memory, run by the operation itself: each rank writes its contribution and
+// the collective's signature into a mailbox in its region and reduces
+// everyone's mailboxes in rank order (bit-identical to shared_memory).
 //
-// Below a few KiB an all-reduce's time is software and handshakes, not
-// bytes. The general path runs two coroutines (the algorithm and the check),
-// each with its own frame, condition waits and wake-ups, and registers the
-// user's buffers although nothing is sent. Here the operation polls one
-// object: the rank writes its check entry and its contribution, publishes
-// the step, wakes its peers once; when every rank has published and its left
-// neighbour's entry is there, it reduces the P slots in rank order (the
-// result is bit-identical to shared_memory's), marks the step consumed and
-// the check complete, and wakes its peers once more.
+// Below 32 KiB an all-reduce's time is handshakes, not bytes: what counts is
+// how many cache lines travel between cores. The chunked shared_memory
+// protocol moves five per rank and collective (the check-ring entry, the
+// step flag, the contribution, `consumed` and `checked`, each written by one
+// rank and read by another). A mailbox moves one, plus the contribution's
+// other lines: its header carries the collective's sequence mark, its
+// signature (so every rank checks every other rank's, which the check ring
+// does only for the left neighbour) and `done`, the mark of the last mailbox
+// collective the owner finished reading.
 //
-// The flags are the ones the general path uses (node_layout.hpp), so both
-// paths interleave safely in one communicator: the step comes from the same
-// sequence, the slot is taken only once every rank has consumed its previous
-// use, and checks still complete in sequence order.
+// A rank has two mailboxes, used by sequence parity. It may overwrite one
+// once every peer has finished reading what it last held there: a peer's
+// `done` in either of its mailboxes, or its `mail_done` flag, says so. In a
+// run of small all-reduces the peer's mailbox of the previous collective
+// already says so, and this rank read that line to finish it. A rank
+// publishes a mailbox only once it finished reading for its previous small
+// all-reduce in sequence order (not merely the last one it published: an
+// earlier one may still wait for its mailbox), so `done` covers every
+// earlier one.
+//
+// Other paths interleave with this one in a communicator: it takes no node
+// step, and with the signature check on it completes only in sequence order
+// (`checked`), advancing the ring's count as a check would. A rank that runs
+// collective seq on another path posts a check-ring entry for seq, and a
+// rank here finds it at its left neighbour (and a rank there finds this
+// rank's mailbox marked with seq): either way, collective_mismatch, even
+// where the signatures agree but the algorithms differ.
 #pragma once
 
+#include <pdcoll/detail/cpu_relax.hpp>
 #include <pdcoll/detail/node_layout.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <thread>
 
 namespace pdcoll::detail {
 
@@ -32,67 +50,136 @@ class node_small_all_reduce {
   /// Where the exchange stands.
   enum class state : std::uint8_t {
     waiting,   ///< a peer has not got this far yet
-    ready,     ///< every rank published the step: reduce_into() may run
-    mismatch,  ///< a peer runs another collective
+    ready,     ///< every rank published its contribution: reduce_into() may run
+    mismatch,  ///< a peer runs another collective, or this one on another path
   };
 
-  /// Step `step` of `node`'s sequence for collective `seq` with `signature`;
-  /// `verify`: the communicator checks signatures (options.verify_collectives).
-  node_small_all_reduce(transport::node_memory& node, int rank, int world_size, std::uint64_t step,
-                        std::uint64_t seq, std::uint64_t signature, bool verify) noexcept
-      : step_{&node, world_size, step}, check_{&node, rank, world_size, seq}, rank_(rank),
-        signature_(signature), verify_(verify) {}
+  /// How long the operation spins on the mailboxes before it leaves the wait
+  /// to the endpoint (which yields, then sleeps): the time a peer that is
+  /// running on another core needs to get to the same collective. Zero where
+  /// the ranks outnumber the CPUs (a spinning rank would keep a peer off its core).
+  static std::chrono::nanoseconds spin_for(int world_size) noexcept {
+    static const unsigned cpus = std::thread::hardware_concurrency();
+    return static_cast<unsigned>(world_size) <= cpus ? std::chrono::microseconds(5) : std::chrono::nanoseconds(0);
+  }
 
-  /// Copies `bytes` from `input` into this rank's slot, posts the check entry,
-  /// publishes the step and wakes peers, once the slot (and the entry) are
-  /// free; false while they are not. Call until it returns true.
+  /// Collective `seq` with `signature`; `regions`: node.region(q) for every
+  /// rank q (communicator::node_regions); `previous`: the mark (seq + 1) of
+  /// this rank's previous small all-reduce, 0 for none
+  /// (communicator::follow_small_all_reduce); `verify`: the communicator
+  /// checks signatures (options.verify_collectives), so checks complete in order.
+  node_small_all_reduce(transport::node_memory& node, std::byte* const* regions, int rank, int world_size,
+                        std::uint64_t seq, std::uint64_t previous, std::uint64_t signature, bool verify) noexcept
+      : check_{&node, rank, world_size, seq}, node_(&node), regions_(regions), rank_(rank),
+        world_size_(world_size), seq_(seq), previous_(previous), signature_(signature), verify_(verify) {}
+
+  /// Copies `bytes` (at most node_mail_capacity) from `input` into this
+  /// rank's mailbox and publishes it, once every peer has finished reading it;
+  /// false while one has not. Call until it returns true. Peers are not
+  /// woken yet: wake_peers() or reduce_into() does it.
   bool try_publish(const std::byte* input, std::size_t bytes) noexcept {
     if (published_) return true;
-    if (!node_step::slot_free(&step_) || (verify_ && !node_check::room(&check_))) return false;
-    if (verify_) check_.post(signature_);
-    std::memcpy(step_.slot(rank_), input, bytes);
-    step_.publish(rank_, signature_);  // wakes peers for the entry too
+    if (!mailbox_free()) return false;
+    std::byte* box = mailbox(rank_, seq_);
+    auto& header = mail_header(box);
+    std::memcpy(box + node_mail_payload, input, bytes);
+    store_flag(header.signature, signature_);
+    store_flag(header.done, load_flag(own_flags().mail_done));
+    store_flag(header.mark, seq_ + 1);
     published_ = true;
+    woken_ = false;
     return true;
   }
   /// True once try_publish() succeeded.
   bool published() const noexcept { return published_; }
+  /// Wakes peers that may sleep waiting for this rank's mailbox, unless
+  /// done since it was published. Waking costs a full memory fence, which
+  /// waits for the mailbox's cache line: a rank that expects its peers soon
+  /// looks at theirs first and wakes once, when it is finished.
+  void wake_peers() noexcept {
+    if (woken_) return;
+    detail::wake_peers(*node_, rank_, world_size_);
+    woken_ = true;
+  }
 
-  /// After try_publish(): whether every rank published the same collective
-  /// (and this rank's check may complete), or one runs another.
+  /// After try_publish(): whether every rank published this collective (and
+  /// this rank's check may complete), or one runs another.
   state peers() const noexcept {
-    if (verify_ && check_.left_differs(signature_)) return state::mismatch;
-    if (!node_step::all_published(&step_)) return state::waiting;
-    if (!step_.signatures_match(signature_)) return state::mismatch;
-    if (!verify_) return state::ready;
-    if (!node_check::arrived(&check_)) return state::waiting;
-    return check_.left_matches(signature_) ? state::ready : state::mismatch;
+    bool all = true;
+    for (int q = 0; q < world_size_; ++q) {
+      auto& header = mail_header(mailbox(q, seq_));
+      if (load_flag(header.mark) != seq_ + 1) {
+        all = false;
+      } else if (load_flag(header.signature) != signature_) {
+        return state::mismatch;
+      }
+    }
+    if (!all) return verify_ && check_.left_posted() ? state::mismatch : state::waiting;
+    if (verify_ && load_flag(own_flags().checked) != seq_) return state::waiting;
+    return state::ready;
+  }
+  /// What the exchange waits for, for timeout reports.
+  std::string describe() const {
+    if (!published_) return "this rank's mailbox (peers still reading it, or its previous small all-reduce unfinished)";
+    std::string missing;
+    for (int q = 0; q < world_size_; ++q)
+      if (load_flag(mail_header(mailbox(q, seq_)).mark) != seq_ + 1) missing += " " + std::to_string(q);
+    if (!missing.empty()) return "the mailboxes of ranks" + missing;
+    return "earlier collectives' signature checks (" + std::to_string(load_flag(own_flags().checked)) + " of " +
+           std::to_string(seq_) + " done)";
   }
   /// True when the next try_publish() or peers() call would move on.
-  bool can_advance() const noexcept {
-    if (!published_) return node_step::slot_free(&step_) && (!verify_ || node_check::room(&check_));
-    return peers() != state::waiting;
-  }
+  bool can_advance() const noexcept { return published_ ? peers() != state::waiting : mailbox_free(); }
 
   /// After peers() == ready: output = every rank's contribution of `count`
   /// elements combined in rank order with `apply3` / `apply` (see
-  /// reduction_table), then marks the step consumed, the check complete and
-  /// wakes peers.
+  /// reduction_table); then marks the mailboxes read (and the check
+  /// complete) and wakes peers (for the publication too).
   void reduce_into(std::byte* output, std::size_t count,
                    void (*apply3)(void*, const void*, const void*, std::size_t) noexcept,
                    void (*apply)(void*, const void*, std::size_t) noexcept) noexcept {
-    step_.reduce_slots(output, count, apply3, apply);
+    apply3(output, contribution(0), contribution(1), count);
+    for (int q = 2; q < world_size_; ++q) apply(output, contribution(q), count);
+    store_flag(own_flags().mail_done, seq_ + 1);
     if (verify_) check_.complete();
-    step_.raise(rank_, &node_flags::consumed);
+    woken_ = false;
+    wake_peers();
   }
 
  private:
-  node_step step_;
+  std::byte* mailbox(int rank, std::uint64_t seq) const noexcept { return mailbox_in(regions_[rank], seq); }
+  node_flags& own_flags() const noexcept { return *reinterpret_cast<node_flags*>(regions_[rank_]); }
+  const std::byte* contribution(int rank) const noexcept { return mailbox(rank, seq_) + node_mail_payload; }
+
+  // This rank finished reading for its previous small all-reduce (so they
+  // publish in sequence order and `done` covers every earlier one), and
+  // every peer for the collective this mailbox last held.
+  bool mailbox_free() const noexcept {
+    if (load_flag(own_flags().mail_done) != previous_) return false;
+    const std::uint64_t held = load_flag(mail_header(mailbox(rank_, seq_)).mark);
+    if (held == 0) return true;
+    for (int q = 0; q < world_size_; ++q) {
+      if (q == rank_) continue;
+      // The mailbox of the other parity was written last: look there first.
+      if (load_flag(mail_header(mailbox(q, seq_ + 1)).done) >= held) continue;
+      if (load_flag(mail_header(mailbox(q, seq_)).done) >= held) continue;
+      if (load_flag(reinterpret_cast<node_flags*>(regions_[q])->mail_done) >= held) continue;
+      return false;
+    }
+    return true;
+  }
+
   node_check check_;
+  transport::node_memory* node_;
+  std::byte* const* regions_;
   int rank_;
+  int world_size_;
+  std::uint64_t seq_;
+  std::uint64_t previous_;
   std::uint64_t signature_;
   bool verify_;
   bool published_ = false;
+  bool woken_ = true;
 };
 
 }  // namespace pdcoll::detail

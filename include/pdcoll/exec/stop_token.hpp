@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "pdcoll/detail/cpu_relax.hpp"
 #include "pdcoll/exec/vocabulary.hpp"
 
 namespace pdcoll::exec {
@@ -35,9 +36,7 @@ namespace detail {
 /// pointer updates (or one callback run), so sleeping would cost more.
 inline void spin_pause(unsigned& spins) noexcept {
   if (++spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    pdcoll::detail::cpu_relax();
   } else {
     std::this_thread::yield();
   }

@@ -14,8 +14,10 @@
 
 namespace pdcoll::transport {
 
-/// Transports offer no node memory with regions smaller than this.
-inline constexpr std::size_t min_node_memory_bytes = std::size_t{16} << 10;
+/// Transports offer no node memory with regions smaller than this (the
+/// flags, two mailboxes of 32 KiB and two slots of a page:
+/// detail/node_layout.hpp).
+inline constexpr std::size_t min_node_memory_bytes = std::size_t{96} << 10;
 
 /// Regions of shared memory, one per rank, mapped by every rank of the job.
 class node_memory {

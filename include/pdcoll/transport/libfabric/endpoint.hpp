@@ -137,8 +137,9 @@ struct options {
   /// Bytes of each rank's node memory region on shm (transport/node_memory.hpp,
   /// used by the shared-memory all-reduce); less than min_node_memory_bytes
   /// (0, say) turns node memory off, and so does PDCOLL_SHM_COLLECTIVES=0.
-  /// Same on all ranks.
-  std::size_t node_memory_bytes = (std::size_t{2} << 20) + 8192;
+  /// Same on all ranks. The default leaves two 1 MiB chunk slots after the
+  /// flags and mailboxes (detail/node_layout.hpp).
+  std::size_t node_memory_bytes = (std::size_t{2} << 20) + (std::size_t{76} << 10);
   /// How long wait() polls before it sleeps (poll_policy.hpp; on the CQ's fd, or on shm's doorbell).
   std::chrono::microseconds poll_before_sleep = default_poll_before_sleep();
   /// How long a post may meet -FI_EAGAIN before it ends with

@@ -1,0 +1,170 @@
+// The small all-reduce's mailboxes in node memory
+// (detail/node_small_all_reduce.hpp): the reuse rule stepped by hand on one
+// thread, and through communicators the mismatches it must report when
+// ranks take different paths for the same collective.
+#include <doctest/doctest.h>
+
+#include <pdcoll/pdcoll.hpp>
+#include <support/inproc_world.hpp>
+#include <support/outcome.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <mutex>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+using pdcoll::testing::outcome_of;
+using pdcoll::detail::node_small_all_reduce;
+using state = node_small_all_reduce::state;
+
+/// Two ranks' node memory without communicators: the test plays both ranks.
+struct two_regions {
+  std::shared_ptr<pdcoll::transport::inproc::fabric> fabric = pdcoll::transport::inproc::fabric::create(2);
+  std::unique_ptr<pdcoll::transport::endpoint> ep0, ep1;
+  pdcoll::transport::node_memory* node0 = nullptr;
+  pdcoll::transport::node_memory* node1 = nullptr;
+  std::array<std::byte*, 2> regions{};
+
+  two_regions() {
+    fabric->enable_node_memory(pdcoll::transport::min_node_memory_bytes);
+    ep0 = fabric->endpoint_for(0);
+    ep1 = fabric->endpoint_for(1);
+    node0 = ep0->shared_node_memory();
+    node1 = ep1->shared_node_memory();
+    REQUIRE(node0);
+    REQUIRE(node1);
+    regions = {node0->region(0), node0->region(1)};
+  }
+  /// Rank `rank`'s part of collective `seq`, whose previous small
+  /// all-reduce was `previous` - 1 (0: none).
+  node_small_all_reduce op(int rank, std::uint64_t seq, std::uint64_t previous, std::uint64_t signature = 7,
+                           bool verify = false) {
+    return node_small_all_reduce(rank == 0 ? *node0 : *node1, regions.data(), rank, 2, seq, previous, signature,
+                                 verify);
+  }
+};
+
+const auto sum = pdcoll::detail::make_reduction<float, pdcoll::op::sum_t>();
+
+std::array<float, 2> reduce(node_small_all_reduce& op) {
+  std::array<float, 2> out{};
+  op.reduce_into(reinterpret_cast<std::byte*>(out.data()), out.size(), sum.apply3, sum.apply);
+  return out;
+}
+
+const std::array<float, 2> in0{1.0f, 2.0f}, in1{10.0f, 20.0f};
+const auto* bytes0 = reinterpret_cast<const std::byte*>(in0.data());
+const auto* bytes1 = reinterpret_cast<const std::byte*>(in1.data());
+
+}  // namespace
+
+TEST_CASE("a mailbox is reused only once every peer has read what it last held") {
+  two_regions w;
+  auto a0 = w.op(0, 0, 0), a1 = w.op(1, 0, 0);
+  REQUIRE(a0.try_publish(bytes0, 8));
+  CHECK(a0.peers() == state::waiting);
+  REQUIRE(a1.try_publish(bytes1, 8));
+  REQUIRE(a0.peers() == state::ready);
+  CHECK(reduce(a0) == std::array<float, 2>{11.0f, 22.0f});
+
+  // Rank 0 runs collective 1 on another path and reaches 2, whose mailbox
+  // still holds collective 0's contribution, which rank 1 has not read.
+  auto c0 = w.op(0, 2, 1);
+  CHECK_FALSE(c0.can_advance());
+  CHECK_FALSE(c0.try_publish(bytes1, 8));
+  REQUIRE(a1.peers() == state::ready);
+  CHECK(reduce(a1) == std::array<float, 2>{11.0f, 22.0f});  // what rank 0 wrote for 0, untouched
+  CHECK(c0.can_advance());
+  REQUIRE(c0.try_publish(bytes1, 8));
+
+  auto c1 = w.op(1, 2, 1);
+  REQUIRE(c1.try_publish(bytes0, 8));
+  REQUIRE(c1.peers() == state::ready);
+  CHECK(reduce(c1) == std::array<float, 2>{11.0f, 22.0f});
+  REQUIRE(c0.peers() == state::ready);
+  CHECK(reduce(c0) == std::array<float, 2>{11.0f, 22.0f});
+}
+
+TEST_CASE("a rank publishes a mailbox only after it has read the mailboxes of its previous small all-reduce") {
+  two_regions w;
+  auto a0 = w.op(0, 0, 0), b0 = w.op(0, 1, 1);
+  REQUIRE(a0.try_publish(bytes0, 8));
+  CHECK_FALSE(b0.try_publish(bytes0, 8));  // its `done` would claim collective 0 read
+  auto a1 = w.op(1, 0, 0);
+  REQUIRE(a1.try_publish(bytes1, 8));
+  REQUIRE(a0.peers() == state::ready);
+  reduce(a0);
+  CHECK(b0.try_publish(bytes0, 8));
+}
+
+TEST_CASE("small all-reduces publish in sequence order, also when a later one finds its mailbox free first") {
+  // Rank 0 finishes collective 1 before rank 1 has read it; collective 3
+  // (same mailbox) must wait for that, and collective 5 (same mailbox again,
+  // free once rank 1 has read 1) must wait for 3: were 5 published first, 3
+  // could never be (its mailbox would hold 5) and 5 would wait for 3's check.
+  two_regions w;
+  auto z0 = w.op(0, 1, 0), z1 = w.op(1, 1, 0);
+  REQUIRE(z0.try_publish(bytes0, 8));
+  REQUIRE(z1.try_publish(bytes1, 8));
+  REQUIRE(z0.peers() == state::ready);
+  reduce(z0);
+  auto a0 = w.op(0, 3, 2), b0 = w.op(0, 5, 4);
+  CHECK_FALSE(a0.try_publish(bytes0, 8));
+  REQUIRE(z1.peers() == state::ready);
+  reduce(z1);
+  CHECK_FALSE(b0.can_advance());
+  CHECK_FALSE(b0.try_publish(bytes0, 8));
+  CHECK(a0.try_publish(bytes0, 8));
+}
+
+TEST_CASE("small all-reduces report collective_mismatch for another signature, or a left neighbour on another path") {
+  SUBCASE("signatures differ") {
+    two_regions w;
+    auto a0 = w.op(0, 0, 0, 7), a1 = w.op(1, 0, 0, 8);
+    REQUIRE(a0.try_publish(bytes0, 8));
+    REQUIRE(a1.try_publish(bytes1, 8));
+    CHECK(a0.peers() == state::mismatch);
+    CHECK(a1.peers() == state::mismatch);
+  }
+  SUBCASE("the left neighbour posted a check entry for the same collective") {
+    two_regions w;
+    auto a0 = w.op(0, 0, 0, 7, true);
+    REQUIRE(a0.try_publish(bytes0, 8));
+    CHECK(a0.peers() == state::waiting);
+    const pdcoll::detail::node_check general{w.node1, 1, 2, 0};  // rank 1 runs collective 0 on a coroutine path
+    REQUIRE(pdcoll::detail::node_check::room(&general));
+    general.post(7);
+    CHECK(a0.peers() == state::mismatch);
+    // ... and that rank's check sees this one's mailbox instead of an entry.
+    CHECK(pdcoll::detail::node_check::arrived(&general));
+    CHECK_FALSE(general.left_matches(7));
+  }
+}
+
+TEST_CASE("ranks that run the same all-reduce with algorithms of different paths fail with collective_mismatch") {
+  // Equal signatures: shared_memory takes the mailboxes for 8 floats, the
+  // ring sends messages. Without the cross-path checks every rank would
+  // wait for its deadline.
+  for (int P : {2, 3}) {
+    CAPTURE(P);
+    std::mutex m;
+    std::vector<std::error_code> codes;
+    pdcoll::communicator_options options;
+    options.timeout = std::chrono::seconds(10);
+    const auto start = std::chrono::steady_clock::now();
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      std::vector<float> data(8, 1.0f);
+      auto ec = comm.rank() == 1 ? outcome_of(pdcoll::all_reduce<pdcoll::algo::ring>(comm, data))
+                                 : outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory>(comm, data));
+      std::lock_guard lock(m);
+      codes.push_back(ec);
+    }, options, pdcoll::transport::min_node_memory_bytes);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    REQUIRE(codes.size() == static_cast<std::size_t>(P));
+    for (auto ec : codes) CHECK(ec == pdcoll::errc::collective_mismatch);
+  }
+}
