@@ -430,7 +430,7 @@ class collective_op_base : public collective_context, public operation_base {
     } else if (path == transport::data_path::host_staged && comm_->options().force_host_staging) {
       why = " (forced: force_host_staging / PDCOLL_FORCE_STAGING)";
     }
-    if (comm_->last_data_path() != path && detail::current_log_level() >= detail::log_level::info)
+    if (detail::current_log_level() >= detail::log_level::info && comm_->last_data_path() != path)  // the latter locks
       detail::log(detail::log_level::info, comm_->rank(),
                   "data path for " + std::string(to_string(kind)) + " memory over " + comm_->transport_name() + ": " +
                       std::string(transport::to_string(path)) + why);
