@@ -4,10 +4,11 @@
 // everyone's mailboxes in rank order (bit-identical to shared_memory).
 //
 // Below 32 KiB an all-reduce's time is handshakes, not bytes: what counts is
-// how many cache lines travel between cores. The chunked shared_memory
-// protocol moves five per rank and collective (the check-ring entry, the
-// step flag, the contribution, `consumed` and `checked`, each written by one
-// rank and read by another). A mailbox moves one, plus the contribution's
+// how many cache lines travel between cores. Run through the chunked
+// shared_memory protocol's slot and flags, a small all-reduce moves five per
+// rank (the check-ring entry, the step flag, the contribution, `consumed`
+// and `checked`, each written by one rank and read by another). A mailbox
+// moves one, plus the contribution's
 // other lines: its header carries the collective's sequence mark, its
 // signature (so every rank checks every other rank's, which the check ring
 // does only for the left neighbour) and `done`, the mark of the last mailbox
