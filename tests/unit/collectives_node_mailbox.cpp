@@ -121,6 +121,15 @@ TEST_CASE("small all-reduces publish in sequence order, also when a later one fi
   CHECK(a0.try_publish(bytes0, 8));
 }
 
+TEST_CASE("a small all-reduce spins on the mailboxes only where every rank has a CPU, at most 5 us or PDCOLL_POLL_US") {
+  using namespace std::chrono_literals;
+  CHECK(node_small_all_reduce::spin_for(2, 2, 20us) == 5us);
+  CHECK(node_small_all_reduce::spin_for(2, 2, 3us) == 3us);
+  CHECK(node_small_all_reduce::spin_for(2, 2, 0us) == 0us);
+  CHECK(node_small_all_reduce::spin_for(3, 2, 20us) == 0us);
+  CHECK(node_small_all_reduce::spin_for(8, 64, 20us) == 5us);
+}
+
 TEST_CASE("small all-reduces report collective_mismatch for another signature, or a left neighbour on another path") {
   SUBCASE("signatures differ") {
     two_regions w;

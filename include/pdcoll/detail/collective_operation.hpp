@@ -466,7 +466,9 @@ class collective_op_base : public collective_context, public operation_base {
                    signature_, comm_->options().verify_collectives);
     // Peers on other cores are usually a fraction of a microsecond behind:
     // look at their mailboxes for a while (waking them once, at the end)
-    // before leaving the wait to the endpoint, which yields and sleeps.
+    // before leaving the wait to the endpoint, which yields and sleeps. This
+    // holds the communicator's lock: another thread starting an operation
+    // on it waits as long.
     const auto spin = node_small_all_reduce::spin_for(world_size);
     if (spin.count() > 0) {
       const auto until = std::chrono::steady_clock::now() + spin;

@@ -35,7 +35,9 @@
 
 #include <pdcoll/detail/cpu_relax.hpp>
 #include <pdcoll/detail/node_layout.hpp>
+#include <pdcoll/transport/poll_policy.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -56,12 +58,20 @@ class node_small_all_reduce {
   };
 
   /// How long the operation spins on the mailboxes before it leaves the wait
-  /// to the endpoint (which yields, then sleeps): the time a peer that is
-  /// running on another core needs to get to the same collective. Zero where
-  /// the ranks outnumber the CPUs (a spinning rank would keep a peer off its core).
+  /// to the endpoint (which yields, then sleeps): 5 us, the time a peer that
+  /// is running on another core needs to get to the same collective, or
+  /// `poll` (PDCOLL_POLL_US) when that is less. Zero where the ranks
+  /// outnumber the `cpus` (a spinning rank would keep a peer off its core).
+  static constexpr std::chrono::nanoseconds spin_for(int world_size, unsigned cpus,
+                                                     std::chrono::nanoseconds poll) noexcept {
+    if (world_size < 1 || static_cast<unsigned>(world_size) > cpus) return std::chrono::nanoseconds(0);
+    return std::min<std::chrono::nanoseconds>(std::chrono::microseconds(5), poll);
+  }
+  /// spin_for() on this machine (CPUs and PDCOLL_POLL_US read once).
   static std::chrono::nanoseconds spin_for(int world_size) noexcept {
     static const unsigned cpus = std::thread::hardware_concurrency();
-    return static_cast<unsigned>(world_size) <= cpus ? std::chrono::microseconds(5) : std::chrono::nanoseconds(0);
+    static const std::chrono::nanoseconds poll = transport::default_poll_before_sleep();
+    return spin_for(world_size, cpus, poll);
   }
 
   /// Collective `seq` with `signature`; `regions`: node.region(q) for every
