@@ -474,7 +474,7 @@ class collective_op_base : public collective_context, public operation_base {
       const auto until = std::chrono::steady_clock::now() + spin;
       do {
         for (int i = 0; i < 32; ++i) {
-          if (small_->can_advance() && advance_small(false)) return true;  // finished: touch nothing
+          if (advance_small(false)) return true;  // finished: touch nothing
           cpu_relax();
         }
       } while (std::chrono::steady_clock::now() < until);

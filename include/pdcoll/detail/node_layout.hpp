@@ -158,10 +158,6 @@ struct node_step {
 inline std::byte* mailbox_in(std::byte* region, std::uint64_t seq) noexcept {
   return region + node_mail_offset + (seq & 1) * node_mail_stride;
 }
-/// Rank `rank`'s mailbox for collective `seq`.
-inline std::byte* mailbox_of(const transport::node_memory& node, int rank, std::uint64_t seq) noexcept {
-  return mailbox_in(node.region(rank), seq);
-}
 /// The header at the start of `mailbox`.
 inline node_mail_header& mail_header(std::byte* mailbox) noexcept {
   return *reinterpret_cast<node_mail_header*>(mailbox);
@@ -195,8 +191,7 @@ struct node_check {
   }
   /// The left neighbour runs seq as a small all-reduce.
   bool left_in_mailbox() const noexcept {
-    const int l = (rank + world_size - 1) % world_size;
-    return load_flag(mail_header(mailbox_of(*node, l, seq)).mark) == seq + 1;
+    return load_flag(mail_header(mailbox_in(reinterpret_cast<std::byte*>(&left()), seq)).mark) == seq + 1;
   }
   /// Writes this rank's entry (after room); the caller wakes peers.
   void post(std::uint64_t signature) const noexcept {

@@ -159,7 +159,8 @@ class node_small_all_reduce {
 
  private:
   std::byte* mailbox(int rank, std::uint64_t seq) const noexcept { return mailbox_in(regions_[rank], seq); }
-  node_flags& own_flags() const noexcept { return *reinterpret_cast<node_flags*>(regions_[rank_]); }
+  node_flags& flags(int rank) const noexcept { return *reinterpret_cast<node_flags*>(regions_[rank]); }
+  node_flags& own_flags() const noexcept { return flags(rank_); }
   const std::byte* contribution(int rank) const noexcept { return mailbox(rank, seq_) + node_mail_payload; }
 
   // This rank finished reading for its previous small all-reduce (so they
@@ -174,7 +175,7 @@ class node_small_all_reduce {
       // The mailbox of the other parity was written last: look there first.
       if (load_flag(mail_header(mailbox(q, seq_ + 1)).done) >= held) continue;
       if (load_flag(mail_header(mailbox(q, seq_)).done) >= held) continue;
-      if (load_flag(reinterpret_cast<node_flags*>(regions_[q])->mail_done) >= held) continue;
+      if (load_flag(flags(q).mail_done) >= held) continue;
       return false;
     }
     return true;
