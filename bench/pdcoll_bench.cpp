@@ -167,19 +167,28 @@ class runner {
  private:
   /// One placement: warm-up, barrier, timed iterations, then (-c 1) a checked run.
   measurement measure(const layout& l, bool in_place, std::uint64_t salt) {
+    return with_collective([&](auto run_once) { return measure(l, in_place, salt, run_once); });
+  }
+
+  /// measure() with the collective resolved: `run_once(in_view, out_view)`
+  /// runs it once, to completion (throws std::system_error on failure).
+  template <class Run>
+  measurement measure(const layout& l, bool in_place, std::uint64_t salt, Run run_once) {
     bench_buffer<T, D> in(domain_, l.in_count);
     std::unique_ptr<bench_buffer<T, D>> separate_out;
     if (!in_place) separate_out = std::make_unique<bench_buffer<T, D>>(domain_, l.out_count);
     bench_buffer<T, D>& out = in_place ? in : *separate_out;
     in.write(input_of(rank_, salt, l.in_count));  // touches the pages before timing
 
-    for (int i = 0; i < opt_.warmup; ++i) run_once(in, out);
+    const auto vin = in.view();
+    const auto vout = out.view();
+    for (int i = 0; i < opt_.warmup; ++i) run_once(vin, vout);
     exec::sync_wait(pdcoll::barrier(comm_));
     std::vector<double> samples;
     samples.reserve(static_cast<std::size_t>(opt_.iters));
     for (int i = 0; i < opt_.iters; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      run_once(in, out);
+      run_once(vin, vout);
       samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     measurement m;
@@ -189,7 +198,7 @@ class runner {
     if (opt_.check) {
       in.write(input_of(rank_, salt, l.in_count));
       if (!in_place) out.write(input_of(rank_, salt ^ 0x5eed, l.out_count));  // stale values must be overwritten
-      run_once(in, out);
+      run_once(vin, vout);
       std::vector<std::uint64_t> wrong{count_wrong(l, out.read(), salt)};
       exec::sync_wait(pdcoll::all_reduce(comm_, wrong, pdcoll::op::sum));
       m.wrong = static_cast<long long>(wrong[0]);
@@ -203,42 +212,64 @@ class runner {
     return pdcoll::testing::make_input<T>(salt, rank, count, for_product());
   }
 
-  /// Runs the collective once, to completion (throws std::system_error on failure).
-  void run_once(bench_buffer<T, D>& in, bench_buffer<T, D>& out) {
+  /// Calls `body(run_once)` with a callable that runs the command line's
+  /// collective once on (in, out) views. The strings are compared here,
+  /// once per placement, so that the timed loop holds only the collective
+  /// (as the baselines' loops hold only MPI_Allreduce or Gloo's call).
+  template <class Body>
+  measurement with_collective(Body&& body) {
     const std::string& c = opt_.collective;
-    auto vin = in.view();
-    auto vout = out.view();
     if (c == "all_reduce") {
-      with_op(opt_.op, [&](auto op) {
-        if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
-          exec::sync_wait(pdcoll::all_reduce(comm_, vin, vout, op));
+      return with_op(opt_.op, [&](auto op) {
+        return body([this, op](auto vin, auto vout) {
+          if constexpr (pdcoll::is_supported_v<T, decltype(op)>) exec::sync_wait(pdcoll::all_reduce(comm_, vin, vout, op));
+        });
       });
-    } else if (c == "broadcast") {
-      if (opt_.algo == "chain") exec::sync_wait(pdcoll::broadcast<pdcoll::algo::chain>(comm_, vin, vout, opt_.root));
-      else exec::sync_wait(pdcoll::broadcast<pdcoll::algo::tree>(comm_, vin, vout, opt_.root));
-    } else if (c == "reduce") {
-      with_op(opt_.op, [&](auto op) {
-        if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
-          exec::sync_wait(pdcoll::reduce(comm_, vin, vout, op, opt_.root));
+    }
+    if (c == "broadcast") {
+      if (opt_.algo == "chain")
+        return body([this](auto vin, auto vout) {
+          exec::sync_wait(pdcoll::broadcast<pdcoll::algo::chain>(comm_, vin, vout, opt_.root));
+        });
+      return body([this](auto vin, auto vout) {
+        exec::sync_wait(pdcoll::broadcast<pdcoll::algo::tree>(comm_, vin, vout, opt_.root));
       });
-    } else if (c == "all_gather") {
+    }
+    if (c == "reduce") {
+      return with_op(opt_.op, [&](auto op) {
+        return body([this, op](auto vin, auto vout) {
+          if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+            exec::sync_wait(pdcoll::reduce(comm_, vin, vout, op, opt_.root));
+        });
+      });
+    }
+    if (c == "all_gather") {
       if (opt_.algo == "recursive_doubling")
-        exec::sync_wait(pdcoll::all_gather<pdcoll::algo::recursive_doubling>(comm_, vin, vout));
-      else exec::sync_wait(pdcoll::all_gather<pdcoll::algo::ring>(comm_, vin, vout));
-    } else if (c == "reduce_scatter") {
-      with_op(opt_.op, [&](auto op) {
-        if constexpr (pdcoll::is_supported_v<T, decltype(op)>) {
-          if (opt_.algo == "recursive_halving" || opt_.algo == "rabenseifner")
-            exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::recursive_halving>(comm_, vin, vout, op));
-          else exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::ring>(comm_, vin, vout, op));
-        }
+        return body([this](auto vin, auto vout) {
+          exec::sync_wait(pdcoll::all_gather<pdcoll::algo::recursive_doubling>(comm_, vin, vout));
+        });
+      return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_gather<pdcoll::algo::ring>(comm_, vin, vout)); });
+    }
+    if (c == "reduce_scatter") {
+      return with_op(opt_.op, [&](auto op) {
+        if (opt_.algo == "recursive_halving" || opt_.algo == "rabenseifner")
+          return body([this, op](auto vin, auto vout) {
+            if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+              exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::recursive_halving>(comm_, vin, vout, op));
+          });
+        return body([this, op](auto vin, auto vout) {
+          if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+            exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::ring>(comm_, vin, vout, op));
+        });
       });
-    } else if (c == "all_to_all") {
-      exec::sync_wait(pdcoll::all_to_all(comm_, vin, vout));
-    } else {  // sendrecv: a ring shift, as nccl-tests' sendrecv_perf
+    }
+    if (c == "all_to_all")
+      return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_to_all(comm_, vin, vout)); });
+    // sendrecv: a ring shift, as nccl-tests' sendrecv_perf
+    return body([this](auto vin, auto vout) {
       const int next = (rank_ + 1) % world_, prev = (rank_ + world_ - 1) % world_;
       exec::sync_wait(exec::when_all(pdcoll::send(comm_, next, vin), pdcoll::recv(comm_, prev, vout)));
-    }
+    });
   }
 
   static bool same_bits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }

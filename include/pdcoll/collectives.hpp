@@ -69,7 +69,7 @@ template <class V>
 using domain_of = typename V::domain_type;
 
 template <class T, class Op>
-reduction_table make_reduction() noexcept {
+constexpr reduction_table make_reduction() noexcept {
   reduction_table t;
   t.element_size = sizeof(T);
   t.type_id = static_cast<std::uint32_t>(data_type_of<T>);
@@ -88,53 +88,66 @@ reduction_table make_reduction() noexcept {
   return t;
 }
 
+/// The reduction table of `Op` on `T` (one constant per pair: a collective's
+/// arguments carry a pointer to it).
+template <class T, class Op>
+inline constexpr reduction_table reduction_for = make_reduction<T, Op>();
+
+/// The table of collectives over `T` that move data without reducing.
 template <class T>
-reduction_table make_plain_table() noexcept {  // for collectives that move data without reducing
+inline constexpr reduction_table plain_table_for = [] {
   reduction_table t;
   t.element_size = sizeof(T);
   t.type_id = static_cast<std::uint32_t>(data_type_of<T>);
   t.op_id = 255;
   return t;
-}
+}();
 
 /// Whether the domain keeps collectives' scratch (memory/scratch_cache.hpp).
 template <class Domain>
 inline constexpr bool has_scratch_cache = requires(Domain& d) { d.scratch(); };
 
+/// The engine's operations on device domain `Domain` (one constant table per type).
+template <class Domain>
+struct device_domain_operations {
+  using buffer_type = decltype(std::declval<Domain&>().template allocate<std::byte>(1));
+
+  // Scratch comes from the domain's scratch cache when it has one
+  // (memory/scratch_cache.hpp): device allocation per collective is costly.
+  static void* allocate(void* d, std::size_t bytes, transport::memory_region& region) {
+    auto* dom = static_cast<Domain*>(d);
+    auto fresh = [dom](std::size_t n) { return dom->template allocate<std::byte>(n); };
+    buffer_type* buffer = nullptr;
+    if constexpr (has_scratch_cache<Domain>) buffer = new buffer_type(dom->scratch().take(bytes, fresh));
+    else buffer = new buffer_type(fresh(bytes));
+    region = memory::detail::fabric_region(buffer->view());
+    return buffer;
+  }
+  static void deallocate(void* d, void* handle) noexcept {
+    auto* buffer = static_cast<buffer_type*>(handle);
+    if constexpr (has_scratch_cache<Domain>) static_cast<Domain*>(d)->scratch().give(std::move(*buffer));
+    delete buffer;
+  }
+  static void to_host(void* d, std::uint64_t address, void* dst, std::size_t bytes) {
+    auto* dom = static_cast<Domain*>(d);
+    auto src = memory::detail::domain_access::make_view<const std::byte, Domain>(dom, address, bytes);
+    dom->copy_to_host(src, std::span<std::byte>(static_cast<std::byte*>(dst), bytes));
+  }
+  static void from_host(void* d, std::uint64_t address, const void* src, std::size_t bytes) {
+    auto* dom = static_cast<Domain*>(d);
+    auto dst = memory::detail::domain_access::make_view<std::byte, Domain>(dom, address, bytes);
+    dom->copy_from_host(std::span<const std::byte>(static_cast<const std::byte*>(src), bytes), dst);
+  }
+  static constexpr domain_operations table{&allocate, &deallocate, &to_host, &from_host};
+};
+
 template <class Domain>
 domain_access make_domain_access(Domain* domain) noexcept {
   domain_access a;
-  a.kind = Domain::kind;
   if constexpr (!std::is_same_v<Domain, memory::host>) {
+    a.ops = &device_domain_operations<Domain>::table;
     a.domain = domain;
     a.reduces_on_device = domain ? domain->reduces_on_device() : true;
-    // Scratch comes from the domain's scratch cache when it has one
-    // (memory/scratch_cache.hpp): device allocation per collective is costly.
-    using buffer_type = decltype(std::declval<Domain&>().template allocate<std::byte>(1));
-    a.allocate = [](void* d, std::size_t bytes, transport::memory_region& region) -> void* {
-      auto* dom = static_cast<Domain*>(d);
-      auto fresh = [dom](std::size_t n) { return dom->template allocate<std::byte>(n); };
-      buffer_type* buffer = nullptr;
-      if constexpr (has_scratch_cache<Domain>) buffer = new buffer_type(dom->scratch().take(bytes, fresh));
-      else buffer = new buffer_type(fresh(bytes));
-      region = memory::detail::fabric_region(buffer->view());
-      return buffer;
-    };
-    a.deallocate = [](void* d, void* handle) noexcept {
-      auto* buffer = static_cast<buffer_type*>(handle);
-      if constexpr (has_scratch_cache<Domain>) static_cast<Domain*>(d)->scratch().give(std::move(*buffer));
-      delete buffer;
-    };
-    a.to_host = [](void* d, std::uint64_t address, void* dst, std::size_t bytes) {
-      auto* dom = static_cast<Domain*>(d);
-      auto src = memory::detail::domain_access::make_view<const std::byte, Domain>(dom, address, bytes);
-      dom->copy_to_host(src, std::span<std::byte>(static_cast<std::byte*>(dst), bytes));
-    };
-    a.from_host = [](void* d, std::uint64_t address, const void* src, std::size_t bytes) {
-      auto* dom = static_cast<Domain*>(d);
-      auto dst = memory::detail::domain_access::make_view<std::byte, Domain>(dom, address, bytes);
-      dom->copy_from_host(std::span<const std::byte>(static_cast<const std::byte*>(src), bytes), dst);
-    };
   }
   return a;
 }
@@ -217,7 +230,7 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, Op = {}) {
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_reduce: input and output differ in type or domain");
   static_assert(is_supported_v<T, Op>, "all_reduce: this op is not defined for this element type");
   auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), true);
-  s.red = detail::make_reduction<T, Op>();
+  s.red = &detail::reduction_for<T, Op>;
   s.algorithm = [](detail::collective_context& ctx) -> detail::collective_task {
     auto ec = co_await Algo::all_reduce(ctx);
     if (!ec && ctx.red->finalize) ctx.red->finalize(ctx.output.address, ctx.count, ctx.world_size);
@@ -278,7 +291,7 @@ collective_sender broadcast(communicator& comm, In&& in, Out&& out, int root) {
   auto s = detail::make_spec(comm, collective_kind::broadcast, vin, vout, n, comm.rank() == root ? n : 0, n, true);
   if (!s.invalid && !detail::root_ok(comm, root)) s.invalid = make_error_code(errc::root_out_of_range);
   s.root = root;
-  s.red = detail::make_plain_table<T>();
+  s.red = &detail::plain_table_for<T>;
   s.algorithm = &Algo::broadcast;
   s.algorithm_name = Algo::name;
   return collective_sender(comm, std::move(s));
@@ -305,7 +318,7 @@ collective_sender reduce(communicator& comm, In&& in, Out&& out, Op, int root) {
   auto s = detail::make_spec(comm, collective_kind::reduce, vin, vout, n, n, comm.rank() == root ? n : 0, true);
   if (!s.invalid && !detail::root_ok(comm, root)) s.invalid = make_error_code(errc::root_out_of_range);
   s.root = root;
-  s.red = detail::make_reduction<T, Op>();
+  s.red = &detail::reduction_for<T, Op>;
   s.algorithm = [](detail::collective_context& ctx) -> detail::collective_task {
     auto ec = co_await Algo::reduce(ctx);
     if (!ec && ctx.rank == ctx.root && ctx.red->finalize) ctx.red->finalize(ctx.output.address, ctx.count, ctx.world_size);
@@ -327,7 +340,7 @@ collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
   const std::size_t n = vin.size(), P = static_cast<std::size_t>(comm.world_size());
   auto s = detail::make_spec(comm, collective_kind::all_gather, vin, vout, n, n,
                              detail::bytes_fit(n, P, sizeof(T)) ? n * P : 0, false);
-  s.red = detail::make_plain_table<T>();
+  s.red = &detail::plain_table_for<T>;
   s.algorithm = &Algo::all_gather;
   s.algorithm_name = Algo::name;
   return collective_sender(comm, std::move(s));
@@ -347,7 +360,7 @@ collective_sender reduce_scatter(communicator& comm, In&& in, Out&& out, Op = {}
   const std::size_t n = vout.size(), P = static_cast<std::size_t>(comm.world_size());
   auto s = detail::make_spec(comm, collective_kind::reduce_scatter, vin, vout, n,
                              detail::bytes_fit(n, P, sizeof(T)) ? n * P : 0, n, false);
-  s.red = detail::make_reduction<T, Op>();
+  s.red = &detail::reduction_for<T, Op>;
   s.algorithm = [](detail::collective_context& ctx) -> detail::collective_task {
     auto ec = co_await Algo::reduce_scatter(ctx);
     if (!ec && ctx.red->finalize) ctx.red->finalize(ctx.output.address, ctx.count, ctx.world_size);
@@ -369,7 +382,7 @@ collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
   const std::size_t n = vin.size() / P;
   auto s = detail::make_spec(comm, collective_kind::all_to_all, vin, vout, n, n * P, n * P, false);
   if (!s.invalid && vin.size() % P != 0) s.invalid = make_error_code(errc::invalid_argument);
-  s.red = detail::make_plain_table<T>();
+  s.red = &detail::plain_table_for<T>;
   s.algorithm = &Algo::all_to_all;
   s.algorithm_name = Algo::name;
   return collective_sender(comm, std::move(s));
@@ -380,7 +393,7 @@ template <class Algo = algo::dissemination>
 collective_sender barrier(communicator& comm) {
   detail::collective_spec s;
   s.kind = collective_kind::barrier;
-  s.red = detail::make_plain_table<std::uint8_t>();
+  s.red = &detail::plain_table_for<std::uint8_t>;
   s.algorithm = &Algo::barrier;
   s.algorithm_name = Algo::name;
   return collective_sender(comm, std::move(s));

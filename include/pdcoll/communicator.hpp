@@ -174,7 +174,7 @@ class registration_lease {
   void* descriptor() const noexcept { return descriptor_; }
   /// Unpins or deregisters now.
   void release() noexcept {
-    pinned_ = {};
+    pinned_.release();
     if (endpoint_) std::exchange(endpoint_, nullptr)->deregister(direct_);
   }
 

@@ -140,7 +140,7 @@ class point_to_point_op_base : public operation_base {
     if (path == transport::data_path::host_staged) {
       staging_.reset(new std::byte[b.region.length ? b.region.length : 1]);
       if (!spec_.receive && b.region.length)
-        b.domain.to_host(b.domain.domain, b.device_address, staging_.get(), b.region.length);
+        b.domain.ops->to_host(b.domain.domain, b.device_address, staging_.get(), b.region.length);
       region = {};
       region.address = staging_.get();
       region.length = b.region.length;
@@ -164,7 +164,7 @@ class point_to_point_op_base : public operation_base {
     if (!ec && spec_.receive && staging_ && bytes) {
       const auto& b = spec_.buffer;
       try {
-        b.domain.from_host(b.domain.domain, b.device_address, staging_.get(), bytes);
+        b.domain.ops->from_host(b.domain.domain, b.device_address, staging_.get(), bytes);
       } catch (const std::system_error& e) {
         ec = e.code();
       }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -96,9 +97,90 @@ struct scheduler_probe {
   }
 };
 
+/// Completes with the id of the thread that completed it: inside start() on
+/// the caller's thread, inside start() from a thread that start() waits for,
+/// or from work scheduled on the receiver's loop (inside sync_wait's run()).
+enum class completer { inline_call, other_thread_in_start, own_loop };
+
+struct completing_sender {
+  using sender_concept = ex::sender_t;
+  using completion_signatures = ex::completion_signatures<set_value_t(std::thread::id)>;
+  completer how;
+  template <class R>
+  struct op {
+    R rcvr;
+    completer how;
+    struct on_loop {  // a receiver for the schedule sender
+      using receiver_concept = ex::receiver_t;
+      op* self;
+      void set_value() noexcept { ex::set_value(std::move(self->rcvr), std::this_thread::get_id()); }
+      void set_stopped() noexcept {}
+      ex::empty_env get_env() const noexcept { return {}; }
+    };
+    using schedule_op = decltype(ex::connect(std::declval<ex::run_loop::schedule_sender>(), std::declval<on_loop>()));
+    std::optional<schedule_op> scheduled;
+    void start() noexcept {
+      switch (how) {
+        case completer::inline_call: ex::set_value(std::move(rcvr), std::this_thread::get_id()); break;
+        case completer::other_thread_in_start:
+          std::thread([this] { ex::set_value(std::move(rcvr), std::this_thread::get_id()); }).join();
+          break;
+        case completer::own_loop: {
+          // The operation cannot move: build it in place through a conversion.
+          struct connect_in_place {
+            op* self;
+            operator schedule_op() const {
+              return ex::connect(ex::get_scheduler(ex::get_env(self->rcvr)).schedule(), on_loop{self});
+            }
+          };
+          scheduled.emplace(connect_in_place{this});
+          ex::start(*scheduled);
+          break;
+        }
+      }
+    }
+  };
+  template <class R>
+  op<R> connect(R r) const {
+    return {std::move(r), how, {}};
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("exec.basic") {
+
+// sync_wait skips its loop when the sender completed on its own thread
+// inside start(); the other ways must still end the loop.
+TEST_CASE("sync_wait returns however and wherever its sender completes") {
+  const auto me = std::this_thread::get_id();
+  for (auto how : {completer::inline_call, completer::other_thread_in_start, completer::own_loop}) {
+    CAPTURE(static_cast<int>(how));
+    // On a thread of its own, so that a loop nobody ends fails the check
+    // below instead of hanging (the state is shared: a stuck thread is left behind).
+    struct outcome {
+      std::atomic<bool> returned{false};
+      std::thread::id waiter, by;
+    };
+    auto out = std::make_shared<outcome>();
+    std::thread waiter([out, how] {
+      out->waiter = std::this_thread::get_id();
+      out->by = std::get<0>(*ex::sync_wait(completing_sender{how}));
+      out->returned.store(true, std::memory_order_release);
+    });
+    const bool in_time = ex::test::wait_for([&] { return out->returned.load(std::memory_order_acquire); }, 5000ms);
+    if (!in_time) waiter.detach();
+    REQUIRE(in_time);
+    waiter.join();
+    if (how == completer::other_thread_in_start) CHECK(out->by != out->waiter);
+    else CHECK(out->by == out->waiter);
+    CHECK(out->by != me);
+  }
+  // Twice in a row on one thread: the inline path leaves nothing behind.
+  CHECK(std::get<0>(*ex::sync_wait(completing_sender{completer::inline_call})) == me);
+  CHECK(std::get<0>(*ex::sync_wait(completing_sender{completer::own_loop})) == me);
+  CHECK_THROWS_AS(ex::sync_wait(ex::just_error(timeout_code)), std::system_error);
+}
 
 TEST_CASE("just completes with its values, just_error throws from sync_wait, just_stopped gives nothing") {
   auto [a, b] = ex::sync_wait(ex::just(1, std::string{"x"})).value();

@@ -74,14 +74,10 @@ struct reduction_table {
   void (*finalize)(void* data, std::size_t count, int world_size) noexcept = nullptr;
 };
 
-/// A memory domain as the engine sees it: scratch allocation and the
-/// host copies of the staged path. A null `allocate` means host memory.
-struct domain_access {
-  transport::memory_kind kind = transport::memory_kind::host;
-  void* domain = nullptr;
-  /// False when the CPU cannot touch the domain's memory in place (Gaudi):
-  /// reductions and local copies then run on host bounce buffers.
-  bool reduces_on_device = true;
+/// What the engine calls on a device memory domain: scratch allocation and
+/// the host copies of the staged path. One constant table per domain type
+/// (collectives.hpp), so that a collective's arguments carry one pointer.
+struct domain_operations {
   /// Allocates `bytes` in the domain; fills `region`; returns an opaque handle.
   void* (*allocate)(void* domain, std::size_t bytes, transport::memory_region& region) = nullptr;
   void (*deallocate)(void* domain, void* handle) noexcept = nullptr;
@@ -89,6 +85,18 @@ struct domain_access {
   void (*to_host)(void* domain, std::uint64_t address, void* dst, std::size_t bytes) = nullptr;
   /// Host → device copy (counted by the domain).
   void (*from_host)(void* domain, std::uint64_t address, const void* src, std::size_t bytes) = nullptr;
+};
+
+/// The table of a collective whose arguments were rejected before a type was known.
+inline constexpr reduction_table no_reduction{};
+
+/// A memory domain as the engine sees it. Null `ops` means host memory.
+struct domain_access {
+  const domain_operations* ops = nullptr;
+  void* domain = nullptr;
+  /// False when the CPU cannot touch the domain's memory in place (Gaudi):
+  /// reductions and local copies then run on host bounce buffers.
+  bool reduces_on_device = true;
 };
 
 /// A user buffer: its fabric region and its domain.
@@ -107,7 +115,7 @@ struct collective_spec {
   collective_kind kind = collective_kind::barrier;
   std::size_t count = 0;  ///< elements: per rank (all_gather, reduce_scatter: per block; all_to_all: per peer)
   int root = 0;
-  reduction_table red;
+  const reduction_table* red = &no_reduction;  ///< a constant table (collectives.hpp)
   user_buffer input;
   user_buffer output;
   algorithm_fn algorithm = nullptr;
@@ -280,17 +288,17 @@ class collective_op_base : public collective_context, public operation_base {
     if (comm_->path_for(spec_.input.region.kind) == transport::data_path::unreachable ||
         comm_->path_for(spec_.output.region.kind) == transport::data_path::unreachable)
       return deliver(make_error_code(errc::unreachable_domain), false);
-    if (auto ec = comm_->begin_operation(*this, spec_.timeout.value_or(comm_->options().timeout)))
-      return deliver(ec, false);
+    timeout_ = spec_.timeout.value_or(comm_->options().timeout);
+    if (auto ec = comm_->begin_operation(*this, timeout_)) return deliver(ec, false);
     seq_ = comm_->next_sequence();
-    signature_ = collective_signature(static_cast<std::uint32_t>(spec_.kind), spec_.count, spec_.red.type_id,
-                                      spec_.red.op_id, spec_.root);
+    signature_ = collective_signature(static_cast<std::uint32_t>(spec_.kind), spec_.count, spec_.red->type_id,
+                                      spec_.red->op_id, spec_.root);
     rank = comm_->rank();
     world_size = comm_->world_size();
     count = spec_.count;
-    element_size = spec_.red.element_size;
+    element_size = spec_.red->element_size;
     root = spec_.root;
-    red = &spec_.red;
+    red = spec_.red;
     try {
       if (auto ec = choose_data_path()) return finish(ec);
       if (start_small()) return;
@@ -330,8 +338,8 @@ class collective_op_base : public collective_context, public operation_base {
       release();
       domain = in;
       if (nbytes == 0) return {};
-      if (domain.allocate) {
-        handle = domain.allocate(domain.domain, nbytes, region);
+      if (domain.ops) {
+        handle = domain.ops->allocate(domain.domain, nbytes, region);
       } else {
         pool_owner = &comm;
         host = comm.take_host_block(nbytes);
@@ -347,7 +355,7 @@ class collective_op_base : public collective_context, public operation_base {
     buffer_desc desc() const noexcept { return {static_cast<std::byte*>(region.address), region.length, lease.descriptor()}; }
     void release() noexcept {
       lease.release();
-      if (handle && domain.deallocate) domain.deallocate(domain.domain, handle);
+      if (handle && domain.ops) domain.ops->deallocate(domain.domain, handle);
       handle = nullptr;
       if (host.bytes && pool_owner) pool_owner->return_host_block(std::move(host));
       host = {};
@@ -471,7 +479,7 @@ class collective_op_base : public collective_context, public operation_base {
     // on it waits as long.
     const auto spin = node_small_all_reduce::spin_for(world_size);
     if (spin.count() > 0) {
-      const auto until = std::chrono::steady_clock::now() + spin;
+      const auto until = deadline - timeout_ + spin;  // begin_operation() read the clock
       do {
         for (int i = 0; i < 32; ++i) {
           if (advance_small(false)) return true;  // finished: touch nothing
@@ -502,8 +510,8 @@ class collective_op_base : public collective_context, public operation_base {
       case node_small_all_reduce::state::ready: break;
     }
     auto* out = static_cast<std::byte*>(spec_.output.region.address);
-    small_->reduce_into(out, count, spec_.red.apply3, spec_.red.apply);
-    if (spec_.red.finalize) spec_.red.finalize(out, count, world_size);
+    small_->reduce_into(out, count, red->apply3, red->apply);
+    if (red->finalize) red->finalize(out, count, world_size);
     finish({});
     return true;
   }
@@ -593,7 +601,7 @@ class collective_op_base : public collective_context, public operation_base {
 
   // Sets up the slots and starts the first chunks. Under the lock.
   void start_staged() {
-    const std::size_t es = spec_.red.element_size;
+    const std::size_t es = spec_.red->element_size;
     in_layout_ = staged_layout::of(spec_.input.region.length, spec_.count, es);
     out_layout_ = staged_layout::of(spec_.output.region.length, spec_.count, es);
     const bool per_rank_blocks = spec_.kind == collective_kind::all_gather ||
@@ -641,14 +649,14 @@ class collective_op_base : public collective_context, public operation_base {
   // slot's host buffer (blocks packed back to back on the host side).
   std::size_t copy_chunk(const user_buffer& dev, const staged_layout& layout, host_block& host,
                          const staged_chunk& c, bool to_host) {
-    const std::size_t es = spec_.red.element_size;
+    const std::size_t es = spec_.red->element_size;
     const std::size_t bytes = c.length * es, offset = c.first * es;
     if (bytes == 0 || layout.blocks == 0) return 0;
     for (std::size_t b = 0; b < layout.blocks; ++b) {
       const std::uint64_t address = dev.device_address + b * layout.block_bytes + offset;
       std::byte* h = host.bytes.get() + b * bytes;
-      if (to_host) dev.domain.to_host(dev.domain.domain, address, h, bytes);
-      else dev.domain.from_host(dev.domain.domain, address, h, bytes);
+      if (to_host) dev.domain.ops->to_host(dev.domain.domain, address, h, bytes);
+      else dev.domain.ops->from_host(dev.domain.domain, address, h, bytes);
     }
     return layout.blocks * bytes;
   }
@@ -681,7 +689,7 @@ class collective_op_base : public collective_context, public operation_base {
     c.first = k * chunk_elements_;
     c.length = std::min(chunk_elements_, spec_.count - std::min(spec_.count, c.first));
     c.count = c.length;
-    const std::size_t es = spec_.red.element_size;
+    const std::size_t es = spec_.red->element_size;
     c.input = {c.in_host.bytes.get(), in_layout_.blocks * c.length * es, c.in_lease.descriptor()};
     c.output = c.shared ? c.input
                         : buffer_desc{c.out_host.bytes.get(), out_layout_.blocks * c.length * es, c.out_lease.descriptor()};
@@ -769,6 +777,7 @@ class collective_op_base : public collective_context, public operation_base {
   collective_spec spec_;
   std::uint64_t seq_ = 0;
   std::uint16_t signature_ = 0;
+  std::chrono::milliseconds timeout_{0};  // the deadline's distance from the start
   collective_task task_;
   collective_task check_task_;
   bool check_pending_ = false;
@@ -848,8 +857,13 @@ class collective_sender {
 
   /// Connects to a receiver; the operation state must not move afterwards.
   template <class R>
-  detail::collective_operation<R> connect(R rcvr) const {
+  detail::collective_operation<R> connect(R rcvr) const& {
     return detail::collective_operation<R>(*comm_, spec_, std::move(rcvr));
+  }
+  /// Connects a sender that is not used again (its spec moves into the operation).
+  template <class R>
+  detail::collective_operation<R> connect(R rcvr) && {
+    return detail::collective_operation<R>(*comm_, std::move(spec_), std::move(rcvr));
   }
 
   /// Overrides the communicator's deadline for this operation.

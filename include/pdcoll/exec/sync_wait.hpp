@@ -6,6 +6,7 @@
 #include <exception>
 #include <optional>
 #include <system_error>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -34,6 +35,21 @@ template <class Values>
 struct sync_wait_state {
   run_loop loop;
   std::variant<std::monostate, Values, std::error_code, std::exception_ptr, sync_wait_stopped> result;
+  std::thread::id owner = std::this_thread::get_id();  ///< the thread in sync_wait
+  bool running = false;           ///< the owner entered loop.run() (written and read by the owner only)
+  bool completed_inline = false;  ///< completed on the owner inside start(): run() is skipped
+
+  /// Called once the result is in: makes run() return, or, when the sender
+  /// completed inside start() on the owner (a peer was there first), marks
+  /// it so that sync_wait skips the loop and its locks altogether. The
+  /// thread id is compared first: only the owner reads `running`.
+  void done() noexcept {
+    if (std::this_thread::get_id() == owner && !running) {
+      completed_inline = true;
+      return;
+    }
+    loop.finish();
+  }
 };
 
 template <class Values>
@@ -49,7 +65,7 @@ struct sync_wait_receiver {
     } catch (...) {
       state->result.template emplace<3>(std::current_exception());
     }
-    state->loop.finish();
+    state->done();
   }
   template <class E>
   void set_error(E&& e) noexcept {
@@ -61,11 +77,11 @@ struct sync_wait_receiver {
     } else {
       state->result.template emplace<3>(std::make_exception_ptr(std::forward<E>(e)));
     }
-    state->loop.finish();
+    state->done();
   }
   void set_stopped() noexcept {
     state->result.template emplace<4>();
-    state->loop.finish();
+    state->done();
   }
   sync_wait_env get_env() const noexcept { return {&state->loop, token}; }
 };
@@ -116,7 +132,10 @@ sync_wait_result_t<Sender> sync_wait(Sender&& sndr, inplace_stop_token token = {
   detail::sync_wait_state<values> state;
   auto op = exec::connect(std::forward<Sender>(sndr), detail::sync_wait_receiver<values>{&state, token});
   exec::start(op);
-  state.loop.run();
+  if (!state.completed_inline) {
+    state.running = true;
+    state.loop.run();
+  }
   switch (state.result.index()) {
     case 1: return sync_wait_result_t<Sender>{std::move(std::get<1>(state.result))};
     case 2: throw std::system_error(std::get<2>(state.result));

@@ -152,8 +152,13 @@ class registration_cache {
     /// deregistration (outside the lock) when this was the last pin of an
     /// uncached, evicted or invalidated registration.
     void release() noexcept {
+      if (entry_ != nullptr) release_pin();  // the empty case inline: leases of unbound buffers are common
+    }
+
+   private:
+    friend class registration_cache;
+    void release_pin() noexcept {
       entry* e = std::exchange(entry_, nullptr);
-      if (e == nullptr) return;
       // The cache was destroyed while this pin lived (a programming error):
       // its destructor already deregistered the handle and left the entry to
       // its pins. Releasing orphans from several threads at once races.
@@ -163,9 +168,6 @@ class registration_cache {
       }
       cache_->release(e);
     }
-
-   private:
-    friend class registration_cache;
     pinned_registration(registration_cache* cache, entry* e, bool cached) noexcept
         : cache_(cache), entry_(e), cached_(cached) {}
     registration_cache* cache_ = nullptr;
