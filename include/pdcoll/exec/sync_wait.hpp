@@ -122,7 +122,9 @@ using sync_wait_result_t = std::optional<
 /// Returns the values in an optional tuple; an empty optional when the sender
 /// was stopped. Throws std::system_error for `set_error(std::error_code)`,
 /// rethrows `set_error(std::exception_ptr)`, throws any other error value.
-/// Cost: the operation state lives on this stack; no allocation.
+/// Cost: the operation state lives on this stack; no allocation. A sender
+/// that completes inside start() on this thread (a collective whose peers
+/// were there first) returns without entering the loop: no lock is taken.
 ///
 ///     auto [sum] = sync_wait(just(1) | then([](int x) { return x + 1; })).value();
 template <class Sender>
