@@ -288,8 +288,8 @@ class collective_op_base : public collective_context, public operation_base {
     if (comm_->path_for(spec_.input.region.kind) == transport::data_path::unreachable ||
         comm_->path_for(spec_.output.region.kind) == transport::data_path::unreachable)
       return deliver(make_error_code(errc::unreachable_domain), false);
-    timeout_ = spec_.timeout.value_or(comm_->options().timeout);
-    if (auto ec = comm_->begin_operation(*this, timeout_)) return deliver(ec, false);
+    const auto timeout = spec_.timeout.value_or(comm_->options().timeout);
+    if (auto ec = comm_->begin_operation(*this, timeout)) return deliver(ec, false);
     seq_ = comm_->next_sequence();
     signature_ = collective_signature(static_cast<std::uint32_t>(spec_.kind), spec_.count, spec_.red->type_id,
                                       spec_.red->op_id, spec_.root);
@@ -301,7 +301,7 @@ class collective_op_base : public collective_context, public operation_base {
     red = spec_.red;
     try {
       if (auto ec = choose_data_path()) return finish(ec);
-      if (start_small()) return;
+      if (start_small(deadline - timeout)) return;  // when begin_operation() read the clock
       bind_buffers();
       if (comm_->options().verify_collectives) start_signature_check();
       if (staged_) return start_staged();
@@ -462,8 +462,9 @@ class collective_op_base : public collective_context, public operation_base {
   // ---- the one-step node-memory path (node_small_all_reduce.hpp) -----------------------
 
   // Takes the path when it applies (the same answer on every rank); true
-  // when it did (the operation may have finished).
-  bool start_small() noexcept {
+  // when it did (the operation may have finished). `started`: when the
+  // operation began (bounds its spin).
+  bool start_small(std::chrono::steady_clock::time_point started) noexcept {
     const std::size_t bytes = count * element_size;
     if (spec_.kind != collective_kind::all_reduce || staged_ || world_size < 2 || count == 0 ||
         bytes > std::min(spec_.node_small_bytes, node_mail_capacity))
@@ -479,7 +480,7 @@ class collective_op_base : public collective_context, public operation_base {
     // on it waits as long.
     const auto spin = node_small_all_reduce::spin_for(world_size);
     if (spin.count() > 0) {
-      const auto until = deadline - timeout_ + spin;  // begin_operation() read the clock
+      const auto until = started + spin;
       do {
         for (int i = 0; i < 32; ++i) {
           if (advance_small(false)) return true;  // finished: touch nothing
@@ -777,7 +778,6 @@ class collective_op_base : public collective_context, public operation_base {
   collective_spec spec_;
   std::uint64_t seq_ = 0;
   std::uint16_t signature_ = 0;
-  std::chrono::milliseconds timeout_{0};  // the deadline's distance from the start
   collective_task task_;
   collective_task check_task_;
   bool check_pending_ = false;

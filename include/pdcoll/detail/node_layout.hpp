@@ -174,7 +174,8 @@ struct node_check {
   std::uint64_t seq = 0;
 
   node_flags& own() const noexcept { return flags_of(*node, rank); }
-  node_flags& left() const noexcept { return flags_of(*node, (rank + world_size - 1) % world_size); }
+  int left_rank() const noexcept { return (rank + world_size - 1) % world_size; }
+  node_flags& left() const noexcept { return flags_of(*node, left_rank()); }
   node_flags::check_entry& entry(node_flags& f) const noexcept { return f.check[seq % node_check_entries]; }
   /// The right neighbour has checked this entry's previous use: post() may write it.
   static bool room(const void* self) noexcept {
@@ -191,7 +192,7 @@ struct node_check {
   }
   /// The left neighbour runs seq as a small all-reduce.
   bool left_in_mailbox() const noexcept {
-    return load_flag(mail_header(mailbox_in(reinterpret_cast<std::byte*>(&left()), seq)).mark) == seq + 1;
+    return load_flag(mail_header(mailbox_in(node->region(left_rank()), seq)).mark) == seq + 1;
   }
   /// Writes this rank's entry (after room); the caller wakes peers.
   void post(std::uint64_t signature) const noexcept {
