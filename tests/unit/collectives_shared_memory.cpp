@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -91,6 +92,33 @@ TEST_CASE_TEMPLATE("shared-memory all-reduce: exact rank-order float sums and in
                                (ec ? " " + ec.message() : "") + (right ? "" : " sum wrong") + (max_right ? "" : " max wrong"));
           }
         }
+      }
+    }, {}, region_bytes);
+    for (const auto& f : failures) MESSAGE(f);
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("out-of-place shared_memory_scatter all-reduces from node_stream_output_bytes up (non-temporal stores) stay exact") {
+  // One element over the threshold and an odd count, so the last chunk and
+  // every block end off a 16-byte boundary; output misaligned by one float.
+  const std::size_t n = pdcoll::algo::node_stream_output_bytes / sizeof(float) + 2049;
+  for (int P : {2, 3}) {
+    CAPTURE(P);
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank();
+      std::vector<float> in(n), out_storage(n + 2, -1.0f);
+      for (std::size_t i = 0; i < n; ++i) in[i] = contribution(r, i, 7);
+      std::span<float> out(out_storage.data() + 1, n);
+      auto ec = outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory_scatter>(comm, std::span<const float>(in), out));
+      const auto want = expected_sum(P, n, 7);
+      const bool right = !ec && std::equal(out.begin(), out.end(), want.begin()) && out_storage.front() == -1.0f &&
+                         out_storage.back() == -1.0f;
+      if (!right) {
+        std::lock_guard lock(failures_mutex);
+        failures.push_back("rank " + std::to_string(r) + (ec ? " " + ec.message() : " wrong values"));
       }
     }, {}, region_bytes);
     for (const auto& f : failures) MESSAGE(f);

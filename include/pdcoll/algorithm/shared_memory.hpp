@@ -40,6 +40,13 @@
 // copied out) where shared_memory moves (P+3)n, and reduces n/P elements
 // instead of n; the second handshake costs what that saves below ~32 KiB.
 //
+// Out of place, from node_stream_output_bytes up, shared_memory_scatter
+// writes the output with non-temporal stores (detail/stream_copy.hpp): the
+// output is not in cache, and each ordinary store would first read its line
+// from memory, a third of a 2-rank out-of-place all-reduce's memory
+// traffic. In place the output's lines were just read as input, so plain
+// copies stay.
+//
 // Without node memory (another transport, ranks on several hosts, a staged
 // device buffer) the ring runs instead.
 #pragma once
@@ -47,6 +54,7 @@
 #include <pdcoll/algorithm/ring.hpp>
 #include <pdcoll/detail/collective_operation.hpp>
 #include <pdcoll/detail/node_layout.hpp>
+#include <pdcoll/detail/stream_copy.hpp>
 #include <pdcoll/transport/node_memory.hpp>
 
 #include <algorithm>
@@ -60,6 +68,16 @@ namespace pdcoll::algo {
 /// exchange and result as shared_memory's single step, without its
 /// coroutines and registrations. Above it those costs are noise.
 inline constexpr std::size_t node_small_all_reduce_bytes = std::size_t{32} << 10;
+
+/// Out-of-place all-reduces of at least this many bytes write their output
+/// through shared_memory_scatter with non-temporal stores (see the file
+/// comment). Measured on the reference machine (pdcoll-bench over shm, float
+/// sum, three interleaved runs of each build): 2 ranks out of place 16 MiB
+/// 2.8-4.4 -> 2.2-2.7 ms, 64 MiB 12.3-14.9 -> 9.4-11.6 ms, 256 MiB 49-59 ->
+/// 38-40 ms; 4 ranks 64 MiB 27-65 -> 22-26 ms; 4 MiB unchanged within the
+/// noise. Smaller outputs may still be in cache, and the caller is about
+/// to read them.
+inline constexpr std::size_t node_stream_output_bytes = std::size_t{8} << 20;
 
 /// All-reduce through node memory (see the file comment); the ring without it.
 struct shared_memory {
@@ -137,6 +155,11 @@ struct shared_memory_scatter {
     const std::uint64_t signature = ctx.signature();
     std::byte* const out = ctx.output.address;
     const std::byte* const in = ctx.input.address;
+    const bool stream = out != in && ctx.bytes(ctx.count) >= node_stream_output_bytes;
+    auto copy_out = [stream](std::byte* to, const std::byte* from, std::size_t bytes) {
+      if (stream) pdcoll::detail::stream_copy(to, from, bytes);
+      else std::memcpy(to, from, bytes);
+    };
     for (std::uint64_t k = 0; k < chunks; ++k) {
       const pdcoll::detail::node_step s{&node, P, first + k};
       const std::size_t first_element = k * chunk, n = std::min(chunk, ctx.count - first_element);
@@ -165,12 +188,12 @@ struct shared_memory_scatter {
       ctx.red->apply3(reduced, source(0), source(1), count);
       for (int q = 2; q < P; ++q) ctx.red->apply(reduced, source(q), count);
       s.raise(r, &node_flags::reduced);
-      std::memcpy(out + base + mine, reduced, size(r));
+      copy_out(out + base + mine, reduced, size(r));
 
       condition_wait all_reduced(ctx, &pdcoll::detail::node_step::all_reduced, &s);
       if (auto ec = co_await all_reduced) co_return ec;
       for (int q = 0; q < P; ++q)
-        if (q != r) std::memcpy(out + base + begin(q), s.slot(q) + begin(q), size(q));
+        if (q != r) copy_out(out + base + begin(q), s.slot(q) + begin(q), size(q));
       s.raise(r, &node_flags::consumed);
     }
     co_return std::error_code{};
