@@ -26,9 +26,10 @@
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
 # --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling) --rounds N (1:
-# every library's runs repeated N times, interleaved, and each size reported
-# from the round with the median time, so a burst of load from elsewhere on
-# a shared machine spoils one round, not the table). Runs with more
+# every library's runs repeated N times, interleaved, each round starting
+# with the next library, and each size reported from the round with the
+# median time, so a burst of load from elsewhere on a shared machine spoils
+# one round, not the table). Runs with more
 # ranks than cores are marked oversubscribed in the CSV, the plot and the
 # table; they are kept, not hidden.
 set -euo pipefail
@@ -52,7 +53,7 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -128,35 +129,55 @@ if ((ceiling_seconds > 0)); then
     echo "compare.sh: the TCP ceiling measurement failed (see $log); going on without it" | tee -a "$log" >&2
 fi
 
-for round in $(seq "$rounds"); do
-for r in $ranks; do
+# One library's runs for R ranks: run_pdcoll R, run_openmpi R, run_gloo R.
+run_pdcoll() {
+  local t algo what
   for t in shm tcp uring; do
     for algo in $algos; do
       for what in $parts; do
         sizes "$what"
-        run "pdcoll-$t-$algo-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
+        run "pdcoll-$t-$algo-n$1-$what" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
           "$bin/pdcoll-bench" --transport "$t" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
       done
     done
   done
-  mpi_for "$r"
+}
+run_openmpi() {
+  local t what
+  mpi_for "$1"
   for t in vader tcp; do
     btl=(--mca btl "self,$t")
     [ "$t" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
     for what in $parts; do
       sizes "$what"
-      run "openmpi-$t-n$r-$what" "${mpi[@]}" -n "$r" "${btl[@]}" \
+      run "openmpi-$t-n$1-$what" "${mpi[@]}" -n "$1" "${btl[@]}" \
         "$bin/mpi_allreduce_bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
     done
   done
+}
+run_gloo() {
+  local a what
   for a in allreduce ring_chunked halving_doubling; do
     for what in $parts; do
       sizes "$what"
-      run "gloo-$a-n$r-$what" tools/pdcoll-run -n "$r" --timeout "$timeout_s" \
+      run "gloo-$a-n$1-$what" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
         "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/$((n++)).csv"
     done
   done
-done
+}
+
+# Each round starts with another library (pdcoll, Open MPI, Gloo, in
+# turn): the shared machine has stretches of minutes in which memory-bound
+# work runs several times slower (bench/state_probe.sh), and a fixed order
+# put the same library's runs first after the previous round's heaviest job,
+# round after round.
+libraries=(pdcoll openmpi gloo)
+for round in $(seq "$rounds"); do
+  for r in $ranks; do
+    for k in 0 1 2; do
+      "run_${libraries[$(((round - 1 + k) % 3))]}" "$r"
+    done
+  done
 done
 
 py=python3  # Debian's python3-matplotlib lives in /usr/bin/python3, which a pyenv shim may hide

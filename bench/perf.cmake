@@ -3,3 +3,11 @@
 # it optimised (cmake -DCMAKE_BUILD_TYPE=Release).
 add_executable(allreduce_sweep ${CMAKE_CURRENT_LIST_DIR}/allreduce_sweep.cpp)
 target_link_libraries(allreduce_sweep PRIVATE pdcoll::pdcoll)
+
+# The cost of handing a CPU between two processes (bench/yield_handoff.cpp):
+# the floor under all-reduce latency when ranks outnumber CPUs.
+find_package(CLI11 QUIET)
+if(CLI11_FOUND)
+  add_executable(yield_handoff ${CMAKE_CURRENT_LIST_DIR}/yield_handoff.cpp)
+  target_link_libraries(yield_handoff PRIVATE CLI11::CLI11)
+endif()
