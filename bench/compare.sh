@@ -143,7 +143,7 @@ run_pdcoll() {
   done
 }
 run_openmpi() {
-  local t what
+  local t what btl
   mpi_for "$1"
   for t in vader tcp; do
     btl=(--mca btl "self,$t")

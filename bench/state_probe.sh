@@ -43,8 +43,8 @@ bind=none
 ((ranks <= $(nproc))) && bind=core
 args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 1)) -c 0)
 
-# The in-place time of the one size row (column 10 counted from the end, as
-# both benchmarks print nccl-tests' columns; pdcoll-run prefixes "[0]").
+# The in-place time of the one size row: the fourth field from the end, as
+# both benchmarks print nccl-tests' columns (pdcoll-run prefixes "[0]").
 in_place_us() { awk '$1 ~ /^[0-9]+$/ || ($1 == "[0]" && $2 ~ /^[0-9]+$/) { print $(NF - 3) }'; }
 
 times=$(mktemp)

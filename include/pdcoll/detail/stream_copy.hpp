@@ -38,7 +38,7 @@ inline void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept 
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);
   const std::size_t misalign = reinterpret_cast<std::uintptr_t>(d) & 15;
-  std::size_t head = misalign ? 16 - misalign : 0;
+  const std::size_t head = misalign ? 16 - misalign : 0;
   if (bytes < head + 64) {
     std::memcpy(d, s, bytes);
     return;
