@@ -2,16 +2,21 @@
 // process to another: two processes pinned to the same CPU take turns
 // through a counter in shared memory, each yielding (sched_yield) until it
 // is its turn. The time per turn is the floor under any collective whose
-// ranks outnumber the CPUs: every rank must run once per collective, so a
-// CPU shared by k ranks spends at least k handoffs on each one. Prints the
-// median of --rounds runs of --turns turns each.
+// ranks outnumber the CPUs. With two ranks per CPU that floor is one handoff
+// per CPU per collective, not two: a rank that finishes one collective and
+// publishes its part of the next before yielding lets the rank it hands
+// over to finish both (the small all-reduce's crowded wait,
+// detail/collective_operation.hpp's spin_small, runs that way: perf stat
+// counts 1.0 context switches per CPU per all-reduce). Prints the median of
+// --rounds runs of --turns turns each.
 //
 //     build-bench/bench/yield_handoff              # CPU 0, 5 rounds of 200000 turns
 //     build-bench/bench/yield_handoff --cpu 1 --rounds 9
 //
-// Measured on the 2-vCPU reference VM: 1.36-1.59 us per handoff. With 4
-// ranks on 2 CPUs that is 2 handoffs per CPU per all-reduce, 2.7-3.2 us before
-// any work, against the 8-byte target of 0.8 x Open MPI's 4.15 us = 3.3 us.
+// Measured on the 2-vCPU reference VM: 1.36-1.59 us per handoff, so 4
+// ranks on 2 CPUs spend at least that on each all-reduce before any work;
+// pdcoll's 8-byte all-reduce takes 2.5-2.9 us (mean) there, Open MPI's
+// 5.5-6.3 in the same runs.
 #include <CLI/CLI.hpp>
 
 #include <sched.h>

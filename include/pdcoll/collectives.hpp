@@ -165,11 +165,11 @@ user_buffer make_user_buffer(const view<T, D>& v) noexcept {
   return b;
 }
 
-/// n * elements * size without overflow, or nullopt.
+/// True when n * multiplier * element_size fits in a size_t (checked by
+/// multiplication: a 64-bit division costs tens of cycles on every call).
 inline bool bytes_fit(std::size_t n, std::size_t multiplier, std::size_t element_size) noexcept {
-  if (n == 0) return true;
-  const std::size_t limit = std::numeric_limits<std::size_t>::max() / element_size;
-  return multiplier <= limit / n;
+  std::size_t product = 0;
+  return !__builtin_mul_overflow(n, multiplier, &product) && !__builtin_mul_overflow(product, element_size, &product);
 }
 
 inline bool is_null(const user_buffer& b) noexcept { return b.region.address == nullptr; }

@@ -441,11 +441,19 @@ class communicator final : private exec::progress_driver {
     return first;
   }
 
-  /// Registers a starting operation; returns errc::aborted (and registers
-  /// nothing) when the communicator is aborted. Under the lock.
+  /// Registers a starting operation whose deadline is `timeout` from now;
+  /// returns errc::aborted (and registers nothing) when the communicator is
+  /// aborted. Under the lock.
   std::error_code begin_operation(detail::operation_base& op, std::chrono::milliseconds timeout) {
-    if (aborted()) return make_error_code(errc::aborted);
+    if (auto ec = begin_operation(op)) return ec;
     op.deadline = std::chrono::steady_clock::now() + timeout;
+    return {};
+  }
+  /// begin_operation() without setting the deadline, for an operation that
+  /// may finish before it would read the clock: it must set op.deadline
+  /// before it releases the lock unfinished.
+  std::error_code begin_operation(detail::operation_base& op) {
+    if (aborted()) return make_error_code(errc::aborted);
     op.next_active = active_;
     op.prev_active = nullptr;
     if (active_) active_->prev_active = &op;

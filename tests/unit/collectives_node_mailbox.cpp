@@ -42,9 +42,9 @@ struct two_regions {
   /// Rank `rank`'s part of collective `seq`, whose previous small
   /// all-reduce was `previous` - 1 (0: none).
   node_small_all_reduce op(int rank, std::uint64_t seq, std::uint64_t previous, std::uint64_t signature = 7,
-                           bool verify = false) {
+                           bool verify = false, int cpu = -1) {
     return node_small_all_reduce(rank == 0 ? *node0 : *node1, regions.data(), rank, 2, seq, previous, signature,
-                                 verify);
+                                 verify, cpu);
   }
 };
 
@@ -121,13 +121,55 @@ TEST_CASE("small all-reduces publish in sequence order, also when a later one fi
   CHECK(a0.try_publish(bytes0, 8));
 }
 
-TEST_CASE("a small all-reduce spins on the mailboxes only where every rank has a CPU, at most 5 us or PDCOLL_POLL_US") {
+TEST_CASE("a small all-reduce spins on the mailboxes at most 5 us or PDCOLL_POLL_US, and yields among them where ranks outnumber CPUs") {
   using namespace std::chrono_literals;
-  CHECK(node_small_all_reduce::spin_for(2, 2, 20us) == 5us);
-  CHECK(node_small_all_reduce::spin_for(2, 2, 3us) == 3us);
-  CHECK(node_small_all_reduce::spin_for(2, 2, 0us) == 0us);
-  CHECK(node_small_all_reduce::spin_for(3, 2, 20us) == 0us);
-  CHECK(node_small_all_reduce::spin_for(8, 64, 20us) == 5us);
+  using plan = node_small_all_reduce::spin_plan;
+  CHECK(node_small_all_reduce::spin_for(2, 2, 20us) == plan{5us, false});
+  CHECK(node_small_all_reduce::spin_for(2, 2, 3us) == plan{3us, false});
+  CHECK(node_small_all_reduce::spin_for(2, 2, 0us) == plan{0us, false});
+  CHECK(node_small_all_reduce::spin_for(3, 2, 20us) == plan{20us, true});
+  CHECK(node_small_all_reduce::spin_for(4, 2, 0us) == plan{0us, true});
+  CHECK(node_small_all_reduce::spin_for(8, 64, 20us) == plan{5us, false});
+}
+
+TEST_CASE("with more ranks than CPUs, a small all-reduce spins only while the peers it waits for last ran on another CPU") {
+  two_regions w;
+  // Rank 1 has published nothing yet: its CPU is unknown, so rank 0 yields.
+  auto a0 = w.op(0, 0, 0, 7, false, 3), a1 = w.op(1, 0, 0, 7, false, 5);
+  CHECK_FALSE(a0.peers_elsewhere());  // not published yet
+  REQUIRE(a0.try_publish(bytes0, 8));
+  CHECK_FALSE(a0.peers_elsewhere());
+  REQUIRE(a1.try_publish(bytes1, 8));
+  reduce(a0);
+  reduce(a1);
+  // Collective 1: rank 1's latest publication (collective 0) came from CPU 5.
+  auto b0 = w.op(0, 1, 1, 7, false, 3);
+  REQUIRE(b0.try_publish(bytes0, 8));
+  CHECK(b0.peers_elsewhere());
+  // Rank 1 publishes collective 1 from rank 0's CPU; collective 2 waits for it.
+  auto b1 = w.op(1, 1, 1, 7, false, 3);
+  REQUIRE(b1.try_publish(bytes1, 8));
+  CHECK(b0.peers_elsewhere());  // nobody missing
+  reduce(b0);
+  reduce(b1);
+  auto c0 = w.op(0, 2, 2, 7, false, 3);
+  REQUIRE(c0.try_publish(bytes0, 8));
+  CHECK_FALSE(c0.peers_elsewhere());
+}
+
+TEST_CASE("a rank that does not know its own CPU never spins because its peers run elsewhere") {
+  for (const int own_cpu : {3, -1}) {
+    CAPTURE(own_cpu);
+    two_regions w;
+    auto a0 = w.op(0, 0, 0, 7, false, 3), a1 = w.op(1, 0, 0, 7, false, 5);
+    REQUIRE(a0.try_publish(bytes0, 8));
+    REQUIRE(a1.try_publish(bytes1, 8));
+    reduce(a0);
+    reduce(a1);
+    auto b0 = w.op(0, 1, 1, 7, false, own_cpu);
+    REQUIRE(b0.try_publish(bytes0, 8));
+    CHECK(b0.peers_elsewhere() == (own_cpu >= 0));
+  }
 }
 
 TEST_CASE("small all-reduces report collective_mismatch for another signature, or a left neighbour on another path") {

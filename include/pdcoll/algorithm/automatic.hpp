@@ -102,9 +102,12 @@ struct automatic {
   /// (collective_spec::node_small_bytes): those for which it would run
   /// shared_memory, unless PDCOLL_ALGO forces another algorithm.
   static std::size_t node_small_bytes() noexcept {
-    const auto f = forced();
-    if (f.invalid || (f.algorithm && f.algorithm != &shared_memory::all_reduce)) return 0;
-    return std::min(node_small_all_reduce_bytes, automatic_scatter_threshold - 1);
+    static const std::size_t bytes = [] {
+      const auto f = forced();
+      if (f.invalid || (f.algorithm && f.algorithm != &shared_memory::all_reduce)) return std::size_t{0};
+      return std::min(node_small_all_reduce_bytes, automatic_scatter_threshold - 1);
+    }();
+    return bytes;
   }
 
   /// Runs the forced algorithm, or the one for ctx's size; completes with

@@ -21,6 +21,8 @@
 #include <pdcoll/exec/vocabulary.hpp>
 #include <pdcoll/transport/endpoint.hpp>
 
+#include <sched.h>
+
 #include <chrono>
 #include <cstring>
 #include <algorithm>
@@ -182,7 +184,7 @@ namespace pdcoll::detail {
 /// The receiver-independent part of a collective's operation state.
 class collective_op_base : public collective_context, public operation_base {
  public:
-  collective_op_base(communicator& comm, collective_spec spec) noexcept : comm_(&comm), spec_(std::move(spec)) {}
+  collective_op_base(communicator& comm, collective_spec&& spec) noexcept : comm_(&comm), spec_(std::move(spec)) {}
   collective_op_base(const collective_op_base&) = delete;
   collective_op_base& operator=(const collective_op_base&) = delete;
 
@@ -285,11 +287,13 @@ class collective_op_base : public collective_context, public operation_base {
   void launch_locked() noexcept {
     if (spec_.invalid) return deliver(spec_.invalid, false);
     // Rejected before a sequence number is taken, so the ranks stay in step.
-    if (comm_->path_for(spec_.input.region.kind) == transport::data_path::unreachable ||
-        comm_->path_for(spec_.output.region.kind) == transport::data_path::unreachable)
+    const auto input_path = comm_->path_for(spec_.input.region.kind);
+    if (input_path == transport::data_path::unreachable ||
+        (spec_.output.region.kind != spec_.input.region.kind &&
+         comm_->path_for(spec_.output.region.kind) == transport::data_path::unreachable))
       return deliver(make_error_code(errc::unreachable_domain), false);
     const auto timeout = spec_.timeout.value_or(comm_->options().timeout);
-    if (auto ec = comm_->begin_operation(*this, timeout)) return deliver(ec, false);
+    if (auto ec = comm_->begin_operation(*this)) return deliver(ec, false);  // the deadline: below
     seq_ = comm_->next_sequence();
     signature_ = collective_signature(static_cast<std::uint32_t>(spec_.kind), spec_.count, spec_.red->type_id,
                                       spec_.red->op_id, spec_.root);
@@ -300,8 +304,9 @@ class collective_op_base : public collective_context, public operation_base {
     root = spec_.root;
     red = spec_.red;
     try {
-      if (auto ec = choose_data_path()) return finish(ec);
-      if (start_small(deadline - timeout)) return;  // when begin_operation() read the clock
+      if (auto ec = choose_data_path(input_path)) return finish(ec);
+      if (start_small(timeout)) return;
+      deadline = std::chrono::steady_clock::now() + timeout;
       bind_buffers();
       if (comm_->options().verify_collectives) start_signature_check();
       if (staged_) return start_staged();
@@ -422,11 +427,11 @@ class collective_op_base : public collective_context, public operation_base {
   // Works out where the algorithm's bytes live: in the user's buffers (host
   // memory, or device memory the transport reaches directly) or in host
   // bounce buffers (device memory the transport cannot reach, staging
-  // forced, or a domain the CPU cannot reduce on). Logs the choice at INFO
-  // when it changes and counts it in the communicator's data_path_statistics.
-  std::error_code choose_data_path() {
+  // forced, or a domain the CPU cannot reduce on), given the communicator's
+  // path_for() the input's kind. Logs the choice at INFO when it changes and
+  // counts it in the communicator's data_path_statistics.
+  std::error_code choose_data_path(transport::data_path path) {
     const auto kind = spec_.input.region.kind;
-    auto path = comm_->path_for(kind);
     if (path == transport::data_path::unreachable) return make_error_code(errc::unreachable_domain);
     const char* why = "";
     if (path != transport::data_path::host && path != transport::data_path::host_staged &&
@@ -462,34 +467,76 @@ class collective_op_base : public collective_context, public operation_base {
   // ---- the one-step node-memory path (node_small_all_reduce.hpp) -----------------------
 
   // Takes the path when it applies (the same answer on every rank); true
-  // when it did (the operation may have finished). `started`: when the
-  // operation began (bounds its spin).
-  bool start_small(std::chrono::steady_clock::time_point started) noexcept {
+  // when it did (the operation may have finished; if not, its deadline is
+  // `timeout` from when it began waiting).
+  bool start_small(std::chrono::milliseconds timeout) noexcept {
     const std::size_t bytes = count * element_size;
     if (spec_.kind != collective_kind::all_reduce || staged_ || world_size < 2 || count == 0 ||
         bytes > std::min(spec_.node_small_bytes, node_mail_capacity))
       return false;
     auto* node = comm_->endpoint().shared_node_memory();
     if (!node) return false;
-    small_.emplace(*node, comm_->node_regions(), rank, world_size, seq_, comm_->follow_small_all_reduce(seq_),
-                   signature_, comm_->options().verify_collectives);
     // Peers on other cores are usually a fraction of a microsecond behind:
     // look at their mailboxes for a while (waking them once, at the end)
-    // before leaving the wait to the endpoint, which yields and sleeps. This
-    // holds the communicator's lock: another thread starting an operation
-    // on it waits as long.
+    // before leaving the wait to the endpoint, which yields and sleeps. With
+    // more ranks than CPUs, hand the CPU over to the peers that may share it
+    // right here (see spin_small). This holds the communicator's lock:
+    // another thread starting an operation on it waits as long.
     const auto spin = node_small_all_reduce::spin_for(world_size);
-    if (spin.count() > 0) {
-      const auto until = started + spin;
-      do {
-        for (int i = 0; i < 32; ++i) {
-          if (advance_small(false)) return true;  // finished: touch nothing
-          cpu_relax();
-        }
-      } while (std::chrono::steady_clock::now() < until);
-    }
+    const int cpu = spin.crowded ? ::sched_getcpu() : -1;
+    small_.emplace(*node, comm_->node_regions(), rank, world_size, seq_, comm_->follow_small_all_reduce(seq_),
+                   signature_, comm_->options().verify_collectives, cpu);
+    // The first looks need no clock: where the peers were there first the
+    // operation ends without reading it (a clock read is a tenth of an
+    // 8-byte all-reduce on 2 cores).
+    bool give_way = false;
+    if (spin.bound.count() > 0 && poll_small(spin.crowded, give_way)) return true;
+    const auto started = std::chrono::steady_clock::now();
+    deadline = started + timeout;
+    if (spin.bound.count() > 0 && spin_small(started, started + spin.bound, spin.crowded)) return true;
     advance_small();
     return true;
+  }
+
+  // Up to 32 looks at the mailboxes, without waking peers; true when the
+  // operation finished (touch nothing after). Stops early, setting
+  // `give_way`, when `crowded` and a peer it waits for may share this
+  // rank's CPU.
+  bool poll_small(bool crowded, bool& give_way) noexcept {
+    for (int i = 0; i < 32; ++i) {
+      if (advance_small(false)) return true;
+      if (crowded && !small_->peers_elsewhere()) {
+        give_way = true;
+        return false;
+      }
+      cpu_relax();
+    }
+    return false;
+  }
+
+  // poll_small() until `until` (the clock read at `now`); true when the
+  // operation finished (touch nothing after). `crowded` (more ranks than
+  // CPUs): yields whenever a peer it waits for may share this rank's CPU,
+  // and at least every node_small_all_reduce::crowded_spin, waking its
+  // peers first. A rank that completes one all-reduce and publishes the
+  // next before yielding lets the rank it hands over to finish both as
+  // well: one handoff per CPU per all-reduce, where going through the
+  // endpoint's wait (progress, completion queue, condition) costs about a
+  // microsecond more.
+  bool spin_small(std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point until,
+                  bool crowded) noexcept {
+    auto give_way_at = crowded ? now + node_small_all_reduce::crowded_spin : until;
+    for (;;) {
+      bool give_way = false;
+      if (poll_small(crowded, give_way)) return true;
+      now = std::chrono::steady_clock::now();
+      if (now >= until) return false;
+      if (crowded && (give_way || now >= give_way_at)) {
+        small_->wake_peers();  // one that waited too long sleeps until a peer wakes it
+        ::sched_yield();
+        give_way_at = now + node_small_all_reduce::crowded_spin;
+      }
+    }
   }
 
   // Moves the small all-reduce on as far as the peers allow; true when the
@@ -810,7 +857,9 @@ class collective_operation final : public collective_op_base {
  public:
   using operation_state_concept = exec::operation_state_t;  ///< marks this type as an operation state
 
-  collective_operation(communicator& comm, collective_spec spec, R rcvr) noexcept(
+  /// Takes the spec over (a temporary or a moved-from sender's: one move of
+  /// its 248 bytes on the way in, not one per constructor).
+  collective_operation(communicator& comm, collective_spec&& spec, R rcvr) noexcept(
       std::is_nothrow_move_constructible_v<R>)
       : collective_op_base(comm, std::move(spec)), rcvr_(std::move(rcvr)) {}
 
@@ -853,12 +902,13 @@ class collective_sender {
   }
 
   /// Made by the collective functions in collectives.hpp.
-  collective_sender(communicator& comm, detail::collective_spec spec) noexcept : comm_(&comm), spec_(std::move(spec)) {}
+  collective_sender(communicator& comm, detail::collective_spec&& spec) noexcept
+      : comm_(&comm), spec_(std::move(spec)) {}
 
   /// Connects to a receiver; the operation state must not move afterwards.
   template <class R>
   detail::collective_operation<R> connect(R rcvr) const& {
-    return detail::collective_operation<R>(*comm_, spec_, std::move(rcvr));
+    return detail::collective_operation<R>(*comm_, detail::collective_spec(spec_), std::move(rcvr));
   }
   /// Connects a sender that is not used again (its spec moves into the operation).
   template <class R>

@@ -53,6 +53,7 @@ struct node_mail_header {
   std::uint64_t mark;       ///< seq + 1 of the collective whose contribution follows (0: none yet)
   std::uint64_t signature;  ///< that collective's signature
   std::uint64_t done;       ///< the owner's mail_done when it wrote mark
+  std::uint64_t cpu;        ///< 1 + the CPU the owner ran on when it wrote mark (0: unknown)
 };
 
 /// Offset of the first mailbox in a region.

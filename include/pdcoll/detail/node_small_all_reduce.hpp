@@ -57,18 +57,31 @@ class node_small_all_reduce {
     mismatch,  ///< a peer runs another collective, or this one on another path
   };
 
-  /// How long the operation spins on the mailboxes before it leaves the wait
-  /// to the endpoint (which yields, then sleeps): 5 us, the time a peer that
-  /// is running on another core needs to get to the same collective, or
-  /// `poll` (PDCOLL_POLL_US) when that is less. Zero where the ranks
-  /// outnumber the `cpus` (a spinning rank would keep a peer off its core).
-  static constexpr std::chrono::nanoseconds spin_for(int world_size, unsigned cpus,
-                                                     std::chrono::nanoseconds poll) noexcept {
-    if (world_size < 1 || static_cast<unsigned>(world_size) > cpus) return std::chrono::nanoseconds(0);
-    return std::min<std::chrono::nanoseconds>(std::chrono::microseconds(5), poll);
+  /// How the operation waits on the mailboxes before it leaves the wait to
+  /// the endpoint (which yields, then sleeps).
+  struct spin_plan {
+    /// At most this long: 5 us where every rank has a CPU, the time a peer
+    /// running on another core needs to get to the same collective;
+    /// `poll` (PDCOLL_POLL_US) where the ranks outnumber the CPUs, as long as
+    /// the endpoint would poll before sleeping; never more than `poll`.
+    std::chrono::nanoseconds bound;
+    /// More ranks than CPUs: the wait yields whenever a peer it waits for may
+    /// share this rank's CPU (peers_elsewhere() is false) and at least every
+    /// crowded_spin, instead of spinning on.
+    bool crowded;
+    /// Equal plans.
+    friend constexpr bool operator==(const spin_plan&, const spin_plan&) = default;
+  };
+  /// With more ranks than CPUs, the longest spin between yields: peers last
+  /// seen on other CPUs may have moved to this one since.
+  static constexpr std::chrono::nanoseconds crowded_spin = std::chrono::microseconds(5);
+  /// The spin for `world_size` ranks on `cpus` CPUs with PDCOLL_POLL_US `poll`.
+  static constexpr spin_plan spin_for(int world_size, unsigned cpus, std::chrono::nanoseconds poll) noexcept {
+    const bool crowded = world_size < 1 || static_cast<unsigned>(world_size) > cpus;
+    return {crowded ? poll : std::min<std::chrono::nanoseconds>(std::chrono::microseconds(5), poll), crowded};
   }
   /// spin_for() on this machine (CPUs and PDCOLL_POLL_US read once).
-  static std::chrono::nanoseconds spin_for(int world_size) noexcept {
+  static spin_plan spin_for(int world_size) noexcept {
     static const unsigned cpus = std::thread::hardware_concurrency();
     static const std::chrono::nanoseconds poll = transport::default_poll_before_sleep();
     return spin_for(world_size, cpus, poll);
@@ -78,11 +91,15 @@ class node_small_all_reduce {
   /// rank q (communicator::node_regions); `previous`: the mark (seq + 1) of
   /// this rank's previous small all-reduce, 0 for none
   /// (communicator::follow_small_all_reduce); `verify`: the communicator
-  /// checks signatures (options.verify_collectives), so checks complete in order.
+  /// checks signatures (options.verify_collectives), so checks complete in
+  /// order; `cpu`: the CPU this rank runs on (-1: unknown), recorded in its
+  /// mailbox for peers_elsewhere().
   node_small_all_reduce(transport::node_memory& node, std::byte* const* regions, int rank, int world_size,
-                        std::uint64_t seq, std::uint64_t previous, std::uint64_t signature, bool verify) noexcept
+                        std::uint64_t seq, std::uint64_t previous, std::uint64_t signature, bool verify,
+                        int cpu = -1) noexcept
       : check_{&node, rank, world_size, seq}, node_(&node), regions_(regions), rank_(rank),
-        world_size_(world_size), seq_(seq), previous_(previous), signature_(signature), verify_(verify) {}
+        world_size_(world_size), seq_(seq), previous_(previous), signature_(signature),
+        cpu_mark_(cpu < 0 ? 0 : static_cast<std::uint64_t>(cpu) + 1), verify_(verify) {}
 
   /// Copies `bytes` (at most node_mail_capacity) from `input` into this
   /// rank's mailbox and publishes it, once every peer has finished reading it;
@@ -96,6 +113,7 @@ class node_small_all_reduce {
     std::memcpy(box + node_mail_payload, input, bytes);
     store_flag(header.signature, signature_);
     store_flag(header.done, load_flag(own_flags().mail_done));
+    store_flag(header.cpu, cpu_mark_);
     store_flag(header.mark, seq_ + 1);
     published_ = true;
     woken_ = false;
@@ -128,6 +146,19 @@ class node_small_all_reduce {
     if (!all) return verify_ && check_.left_posted() ? state::mismatch : state::waiting;
     if (verify_ && load_flag(own_flags().checked) != seq_) return state::waiting;
     return state::ready;
+  }
+  /// After try_publish(): true when every rank whose contribution is
+  /// missing last published from a known CPU other than this rank's (so it
+  /// is probably running, not waiting for this rank's CPU). Its mailbox of
+  /// the other parity holds its latest publication.
+  bool peers_elsewhere() const noexcept {
+    if (!published_ || cpu_mark_ == 0) return false;
+    for (int q = 0; q < world_size_; ++q) {
+      if (load_flag(mail_header(mailbox(q, seq_)).mark) == seq_ + 1) continue;
+      const std::uint64_t cpu = load_flag(mail_header(mailbox(q, seq_ + 1)).cpu);
+      if (cpu == 0 || cpu == cpu_mark_) return false;
+    }
+    return true;
   }
   /// What the exchange waits for, for timeout reports.
   std::string describe() const {
@@ -189,6 +220,7 @@ class node_small_all_reduce {
   std::uint64_t seq_;
   std::uint64_t previous_;
   std::uint64_t signature_;
+  std::uint64_t cpu_mark_;
   bool verify_;
   bool published_ = false;
   bool woken_ = true;
