@@ -37,6 +37,26 @@ inline double median(std::vector<double>& samples) {
   return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
 }
 
+/// The mean of `samples` (0 for none): nccl-tests' statistic, the total
+/// time divided by the iterations.
+inline double mean(const std::vector<double>& samples) {
+  if (samples.empty()) return 0;
+  double sum = 0;
+  for (double x : samples) sum += x;
+  return sum / static_cast<double>(samples.size());
+}
+
+/// The time column's statistic, by name: "median" (the default, steadier on
+/// a shared machine) or "mean" (nccl-tests'; the one to compare where one
+/// iteration's time is bimodal, as with more ranks than CPUs, where some
+/// operations finish within one time slice and others wait for a handoff).
+/// Throws std::invalid_argument for another name.
+inline double summarize(std::vector<double>& samples, const std::string& timing) {
+  if (timing == "median") return median(samples);
+  if (timing == "mean") return mean(samples);
+  throw std::invalid_argument("timing must be median or mean, not " + timing);
+}
+
 /// Parses a byte count with an optional K, M or G suffix (powers of 1024),
 /// as nccl-tests' -b/-e do. Throws std::invalid_argument.
 inline std::size_t parse_bytes(const std::string& text) {
@@ -72,7 +92,7 @@ inline std::vector<std::size_t> size_sweep(std::size_t min_bytes, std::size_t ma
 struct measurement {
   /// False when the library cannot run this placement (printed "N/A").
   bool available = true;
-  /// Median time of one operation in microseconds.
+  /// Time of one operation in microseconds (run_description::timing).
   double time_us = 0;
   /// Size column / time, in GB/s (10^9 bytes per second).
   double algbw = 0;
@@ -101,7 +121,7 @@ struct run_description {
   std::string collective; ///< all_reduce, broadcast, …
   std::string domain = "host";
   int ranks = 1;
-  std::string timing = "median";
+  std::string timing = "median";  ///< the time column's statistic (summarize())
 };
 
 /// Fills algbw and busbw of `m` from its time.

@@ -8,7 +8,11 @@
 #               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing
 # with ranks bound to a core each where there are enough cores (pdcoll-run's
 # default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by
-# default), plus an 8-byte latency row per library. Writes one CSV (library,
+# default), plus an 8-byte latency row per library (the mean of 2000
+# iterations, nccl-tests' statistic: with more ranks than cores one
+# iteration's time is bimodal, some all-reduces finishing within a time
+# slice and others waiting for a handoff, and the median picks either mode
+# at random; bench_report.hpp's summarize()). Writes one CSV (library,
 # transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps;
 # the ceiling as a flat series),
 # a PNG (busbw vs size, one panel per rank count, the ceiling a flat line), a
@@ -114,7 +118,7 @@ sizes() {  # sizes small|large|latency: sets args to the size options
   case $1 in
     small) args=(-b "$min" -e "$small_last" -f "$factor" -n "$small_iters" -w $((small_iters / 10 > warmup ? small_iters / 10 : warmup)) -c 0) ;;
     large) args=(-b "$large_first" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c 0) ;;
-    *) args=(-b 8 -e 8 -n 200 -w 20 -c 0) ;;
+    *) args=(-b 8 -e 8 -n 2000 -w 200 -c 0 --timing mean) ;;
   esac
 }
 

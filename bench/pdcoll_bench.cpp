@@ -10,12 +10,13 @@
 //
 // Time: the MEDIAN over -n iterations of one operation as rank 0 sees it,
 // after warm-up and a barrier (nccl-tests reports the mean; the median is
-// steadier on a shared machine). Check mode (-c 1): after timing, each
-// placement runs once more on deterministic inputs and every rank compares
-// its result with a reference (tests/support/reference.hpp: exact for
-// integers, min, max and data movement; the order-independent rounding
-// bound for floating-point sums, products and averages); #wrong is the total
-// over all ranks. Exit status 1 when anything was wrong or an operation failed.
+// steadier on a shared machine); --timing mean gives the mean (see
+// bench_report.hpp's summarize() for when to prefer it). Check mode (-c 1):
+// after timing, each placement runs once more on deterministic inputs and
+// every rank compares its result with a reference
+// (tests/support/reference.hpp: exact for integers, min, max and data
+// movement; the order-independent rounding bound for floating-point sums,
+// products and averages); #wrong is the total over all ranks. Exit status 1 when anything was wrong or an operation failed.
 #include "bench_report.hpp"
 
 #include <support/reference.hpp>
@@ -60,6 +61,7 @@ struct options {
   std::string domain = "host";
   std::string json;
   std::string csv;
+  std::string timing = "median";
 };
 
 /// Where pdcoll-bench's collectives read and write: a host vector or an
@@ -192,7 +194,7 @@ class runner {
       samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     measurement m;
-    m.time_us = pdcoll::bench::median(samples);
+    m.time_us = pdcoll::bench::summarize(samples, opt_.timing);
     pdcoll::bench::set_bandwidth(m, l.bytes, opt_.collective, world_);
 
     if (opt_.check) {
@@ -368,7 +370,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "pdcoll-bench: nccl-tests-style benchmark of pdcoll's collectives.\n"
       "Launch under tools/pdcoll-run, mpirun or srun. Time is the MEDIAN over -n iterations of one\n"
-      "operation measured by rank 0 after warm-up and a barrier (nccl-tests reports the mean).\n"
+      "operation measured by rank 0 after warm-up and a barrier (nccl-tests reports the mean: --timing).\n"
       "busbw = algbw x factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter (size = whole buffer)\n"
       "and all_to_all (n-1)/n; broadcast, reduce, sendrecv 1. In-place all_gather, reduce_scatter,\n"
       "all_to_all and sendrecv print N/A: pdcoll rejects overlapping input and output for them.",
@@ -378,6 +380,8 @@ int main(int argc, char** argv) {
   app.add_option("-f,--stepfactor", opt.factor, "multiplication factor between sizes")->capture_default_str();
   app.add_option("-n,--iters", opt.iters, "timed iterations per size")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   app.add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per size")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--timing", opt.timing, "time column: median or mean (nccl-tests') of the iterations")
+      ->capture_default_str()->check(CLI::IsMember({"median", "mean"}));
   app.add_option("-c,--check", opt.check, "check results: 0 or 1")->capture_default_str()->check(CLI::Range(0, 1));
   app.add_option("-o,--op", opt.op, "reduction: sum|prod|min|max|avg")
       ->capture_default_str()->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}));
@@ -454,7 +458,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<pdcoll::bench::report> report;
     if (comm.rank() == 0) {
       pdcoll::bench::run_description run{"pdcoll", comm.transport_name(), opt.algo, opt.collective, opt.domain,
-                                         comm.world_size(), "median"};
+                                         comm.world_size(), opt.timing};
       report = std::make_unique<pdcoll::bench::report>(run, opt.csv, opt.json);
       char host[256] = {};
       ::gethostname(host, sizeof host - 1);
@@ -462,8 +466,8 @@ int main(int argc, char** argv) {
                   opt.collective.c_str(), comm.world_size(), comm.transport_name().c_str(), opt.algo.c_str(),
                   opt.domain.c_str(), host);
       std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d "
-                  "time: median of iters, rank 0\n",
-                  sizes.front(), sizes.back(), opt.factor, opt.warmup, opt.iters, opt.check);
+                  "time: %s of iters, rank 0\n",
+                  sizes.front(), sizes.back(), opt.factor, opt.warmup, opt.iters, opt.check, opt.timing.c_str());
       report->print_header();
     }
     long long wrong = 0;

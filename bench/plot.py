@@ -14,7 +14,8 @@ in-place rows are used (the placement every library has). Writes:
   --table  Markdown: per rank count and transport class (shared memory: pdcoll
            libfabric:shm vs Open MPI vader; TCP: pdcoll libfabric:tcp and
            io_uring vs Open MPI tcp and Gloo), the best pdcoll busbw over the
-           best baseline's for each size, and the 8-byte latency of each.
+           best baseline's for each size, and the 8-byte latency of each
+           (with the statistic the runs' timing column names).
 """
 
 import argparse
@@ -41,6 +42,7 @@ def load(paths):
                     "bytes": int(r["bytes"]),
                     "time_us": float(r["time_us"]),
                     "busbw_GBps": float(r["busbw_GBps"]),
+                    "timing": r.get("timing", "median"),
                 }
                 rounds[(row["library"], row["transport"], row["algorithm"], row["ranks"], row["bytes"])].append(row)
     rows = []
@@ -115,8 +117,9 @@ def best(rows, pred):
 
 
 def fastest(rows, pred, size):
-    """Lowest time at `size` over rows matching pred, with its series."""
-    cands = [(r["time_us"], series_name(r)) for r in rows if pred(r) and r["bytes"] == size]
+    """Lowest time at `size` over rows matching pred, with its series and
+    the time's statistic (median or mean)."""
+    cands = [(r["time_us"], series_name(r), r["timing"]) for r in rows if pred(r) and r["bytes"] == size]
     return min(cands) if cands else None
 
 
@@ -140,7 +143,8 @@ def table(rows, cores):
                              f"{b[size][1]} | {ratio:.2f} |")
             lp, lb = fastest(rows, mine, 8), fastest(rows, base, 8)
             if lp and lb:
-                lines.append(f"| 8B latency | {lp[0]:.1f} us | {lp[1]} | {lb[0]:.1f} us | {lb[1]} | "
+                stat = lp[2] if lp[2] == lb[2] else f"{lp[2]} vs {lb[2]}"
+                lines.append(f"| 8B latency ({stat}) | {lp[0]:.2f} us | {lp[1]} | {lb[0]:.2f} us | {lb[1]} | "
                              f"{lb[0] / lp[0]:.2f} (baseline time / pdcoll time) |")
             lines.append("")
     return "\n".join(lines) + "\n"

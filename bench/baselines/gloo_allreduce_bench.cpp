@@ -1,7 +1,8 @@
 // File: bench/baselines/gloo_allreduce_bench.cpp — the Gloo baseline for
 // pdcoll-bench: float32 sum all-reduce over Gloo's tcp transport on loopback,
 // with pdcoll-bench's sizes, timing (median over -n iterations on rank 0
-// after warm-up and a barrier), columns and files.
+// after warm-up and a barrier, or with --timing mean their mean), columns
+// and files.
 //
 //     tools/pdcoll-run -n 4 gloo_allreduce_bench --algo allreduce -b 4K -e 256M -f 2
 //
@@ -52,6 +53,7 @@ struct options {
   std::string min_bytes = "32M", max_bytes = "32M", algo = "allreduce", store, csv, json;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1;
+  std::string timing = "median";
 };
 
 bool parse(int argc, char** argv, options& o) {
@@ -67,11 +69,12 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "-c") o.check = std::stoi(v);
     else if (a == "--algo") o.algo = v;
     else if (a == "--store") o.store = v;
+    else if (a == "--timing") o.timing = v;
     else if (a == "--csv") o.csv = v;
     else if (a == "--json") o.json = v;
     else return false;
   }
-  return o.iters > 0 && o.warmup >= 0 &&
+  return o.iters > 0 && o.warmup >= 0 && (o.timing == "median" || o.timing == "mean") &&
          (o.algo == "allreduce" || o.algo == "ring_chunked" || o.algo == "halving_doubling");
 }
 
@@ -110,7 +113,7 @@ pdcoll::bench::measurement measure(std::vector<float>& in, std::vector<float>* o
     samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   pdcoll::bench::measurement m;
-  m.time_us = pdcoll::bench::median(samples);
+  m.time_us = pdcoll::bench::summarize(samples, o.timing);
   pdcoll::bench::set_bandwidth(m, in.size() * sizeof(float), "all_reduce", world);
   if (o.check) {
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = input(rank, i);
@@ -139,7 +142,7 @@ int main(int argc, char** argv) try {
                                       o.factor);
   if (!ok || sizes.empty()) {
     std::fprintf(stderr, "usage: gloo_allreduce_bench [--algo allreduce|ring_chunked|halving_doubling] [-b min] "
-                         "[-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--store dir] [--csv f] [--json f]\n");
+                         "[-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] [--store dir] [--csv f] [--json f]\n");
     return 2;
   }
   const int rank = env_int({"PDCOLL_RANK", "OMPI_COMM_WORLD_RANK", "RANK"}, 0);
@@ -176,12 +179,12 @@ int main(int argc, char** argv) try {
                              : o.algo == "ring_chunked" ? "AllreduceRingChunked"
                                                         : "AllreduceHalvingDoubling";
     report = std::make_unique<pdcoll::bench::report>(
-        pdcoll::bench::run_description{"gloo", "tcp", name, "all_reduce", "host", world, "median"}, o.csv, o.json);
+        pdcoll::bench::run_description{"gloo", "tcp", name, "all_reduce", "host", world, o.timing}, o.csv, o.json);
     std::printf("# gloo_allreduce_bench all_reduce  ranks %d  transport tcp (loopback)  algorithm %s\n", world,
                 name.c_str());
     std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d "
-                "time: median of iters, rank 0\n",
-                sizes.front(), sizes.back(), o.factor, o.warmup, o.iters, o.check);
+                "time: %s of iters, rank 0\n",
+                sizes.front(), sizes.back(), o.factor, o.warmup, o.iters, o.check, o.timing.c_str());
     report->print_header();
   }
 

@@ -1,7 +1,8 @@
 // File: bench/baselines/mpi_allreduce_bench.cpp — the MPI baseline for
 // pdcoll-bench: MPI_Allreduce of float32 sums, out-of-place and in place
 // (MPI_IN_PLACE), with pdcoll-bench's sizes, timing (median over -n
-// iterations on rank 0 after warm-up and a barrier), columns and files.
+// iterations on rank 0 after warm-up and a barrier, or with --timing mean
+// their mean), columns and files.
 //
 //     mpirun -n 4 --oversubscribe --mca btl self,vader mpi_allreduce_bench -b 4K -e 256M -f 2
 //     mpirun -n 2 --mca btl self,tcp --mca btl_tcp_if_include lo mpi_allreduce_bench --transport tcp
@@ -27,6 +28,7 @@ struct options {
   std::string min_bytes = "32M", max_bytes = "32M", transport = "mpi", csv, json;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1;
+  std::string timing = "median";
 };
 
 /// Parses nccl-tests' short options; false on a usage error.
@@ -42,11 +44,12 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "-w") o.warmup = std::stoi(v);
     else if (a == "-c") o.check = std::stoi(v);
     else if (a == "--transport") o.transport = v;
+    else if (a == "--timing") o.timing = v;
     else if (a == "--csv") o.csv = v;
     else if (a == "--json") o.json = v;
     else return false;
   }
-  return o.iters > 0 && o.warmup >= 0;
+  return o.iters > 0 && o.warmup >= 0 && (o.timing == "median" || o.timing == "mean");
 }
 
 float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }
@@ -69,7 +72,7 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
     samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   pdcoll::bench::measurement m;
-  m.time_us = pdcoll::bench::median(samples);
+  m.time_us = pdcoll::bench::summarize(samples, o.timing);
   pdcoll::bench::set_bandwidth(m, count * sizeof(float), "all_reduce", world);
   if (o.check) {
     for (std::size_t i = 0; i < count; ++i) in[i] = input(rank, i);
@@ -108,7 +111,7 @@ int main(int argc, char** argv) {
   }
   if (!ok || sizes.empty()) {
     if (rank == 0)
-      std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
+      std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] "
                            "[--transport label] [--csv file] [--json file]\n");
     MPI_Finalize();
     return 2;
@@ -119,14 +122,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<pdcoll::bench::report> report;
   if (rank == 0) {
     report = std::make_unique<pdcoll::bench::report>(
-        pdcoll::bench::run_description{"openmpi", o.transport, "MPI_Allreduce", "all_reduce", "host", world, "median"},
+        pdcoll::bench::run_description{"openmpi", o.transport, "MPI_Allreduce", "all_reduce", "host", world, o.timing},
         o.csv, o.json);
     std::string first_line(version, std::strcspn(version, "\n,"));
     std::printf("# mpi_allreduce_bench all_reduce  ranks %d  transport %s  library %s\n", world, o.transport.c_str(),
                 first_line.c_str());
     std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d "
-                "time: median of iters, rank 0\n",
-                sizes.front(), sizes.back(), o.factor, o.warmup, o.iters, o.check);
+                "time: %s of iters, rank 0\n",
+                sizes.front(), sizes.back(), o.factor, o.warmup, o.iters, o.check, o.timing.c_str());
     report->print_header();
   }
   for (std::size_t bytes : sizes) {
