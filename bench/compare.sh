@@ -13,7 +13,7 @@
 # iteration's time is bimodal, some all-reduces finishing within a time
 # slice and others waiting for a handoff, and the median picks either mode
 # at random; bench_report.hpp's summarize()). Writes one CSV (library,
-# transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps;
+# transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps, timing;
 # the ceiling as a flat series),
 # a PNG (busbw vs size, one panel per rank count, the ceiling a flat line), a
 # ratio table (pdcoll vs the best baseline, then every TCP series' busbw over

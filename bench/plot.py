@@ -7,7 +7,7 @@ Inputs are the --csv files of pdcoll-bench, mpi_allreduce_bench and
 gloo_allreduce_bench (bench/bench_report.hpp's columns). Only all_reduce
 in-place rows are used (the placement every library has). Writes:
 
-  --csv    library, transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps
+  --csv    library, transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps, timing
   --png    busbw vs size (log x), one line per library/transport/algorithm,
            one panel per rank count; a panel whose ranks exceed --cores is
            titled "oversubscribed"
@@ -44,7 +44,8 @@ def load(paths):
                     "busbw_GBps": float(r["busbw_GBps"]),
                     "timing": r.get("timing", "median"),
                 }
-                rounds[(row["library"], row["transport"], row["algorithm"], row["ranks"], row["bytes"])].append(row)
+                key = (row["library"], row["transport"], row["algorithm"], row["ranks"], row["bytes"], row["timing"])
+                rounds[key].append(row)
     rows = []
     for measured in rounds.values():
         measured.sort(key=lambda r: r["time_us"])
@@ -71,11 +72,12 @@ def size_label(b):
 def write_csv(rows, path, cores):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["library", "transport", "algorithm", "ranks", "oversubscribed", "bytes", "time_us", "busbw_GBps"])
+        w.writerow(["library", "transport", "algorithm", "ranks", "oversubscribed", "bytes", "time_us", "busbw_GBps",
+                    "timing"])
         for r in sorted(rows, key=lambda r: (r["ranks"], r["library"], r["transport"], r["algorithm"], r["bytes"])):
             w.writerow([r["library"], r["transport"], r["algorithm"], r["ranks"],
                         "yes" if r["ranks"] > cores else "no", r["bytes"],
-                        f'{r["time_us"]:.3f}', f'{r["busbw_GBps"]:.4f}'])
+                        f'{r["time_us"]:.3f}', f'{r["busbw_GBps"]:.4f}', r["timing"]])
 
 
 def plot(rows, path, cores):

@@ -11,6 +11,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <vector>
@@ -45,6 +46,28 @@ struct two_regions {
                            bool verify = false, int cpu = -1) {
     return node_small_all_reduce(rank == 0 ? *node0 : *node1, regions.data(), rank, 2, seq, previous, signature,
                                  verify, cpu);
+  }
+};
+
+/// `n` ranks' node memory without communicators, for rules that need more
+/// than two ranks.
+struct n_regions {
+  std::shared_ptr<pdcoll::transport::inproc::fabric> fabric;
+  std::vector<std::unique_ptr<pdcoll::transport::endpoint>> endpoints;
+  std::vector<std::byte*> regions;
+
+  explicit n_regions(int n) : fabric(pdcoll::transport::inproc::fabric::create(n)) {
+    fabric->enable_node_memory(pdcoll::transport::min_node_memory_bytes);
+    for (int r = 0; r < n; ++r) endpoints.push_back(fabric->endpoint_for(r));
+    auto* node = endpoints[0]->shared_node_memory();
+    REQUIRE(node);
+    for (int r = 0; r < n; ++r) regions.push_back(node->region(r));
+  }
+  /// Rank `rank`'s part of collective `seq` (previous small all-reduce
+  /// `previous` - 1), run on `cpu`.
+  node_small_all_reduce op(int rank, std::uint64_t seq, std::uint64_t previous, int cpu) {
+    return node_small_all_reduce(*endpoints[static_cast<std::size_t>(rank)]->shared_node_memory(), regions.data(),
+                                 rank, static_cast<int>(regions.size()), seq, previous, 7, false, cpu);
   }
 };
 
@@ -129,6 +152,7 @@ TEST_CASE("a small all-reduce spins on the mailboxes at most 5 us or PDCOLL_POLL
   CHECK(node_small_all_reduce::spin_for(2, 2, 0us) == plan{0us, false});
   CHECK(node_small_all_reduce::spin_for(3, 2, 20us) == plan{20us, true});
   CHECK(node_small_all_reduce::spin_for(4, 2, 0us) == plan{0us, true});
+  CHECK(node_small_all_reduce::spin_for(4, 2, 1000us) == plan{50us, true});
   CHECK(node_small_all_reduce::spin_for(8, 64, 20us) == plan{5us, false});
 }
 
@@ -149,12 +173,33 @@ TEST_CASE("with more ranks than CPUs, a small all-reduce spins only while the pe
   // Rank 1 publishes collective 1 from rank 0's CPU; collective 2 waits for it.
   auto b1 = w.op(1, 1, 1, 7, false, 3);
   REQUIRE(b1.try_publish(bytes1, 8));
-  CHECK(b0.peers_elsewhere());  // nobody missing
+  CHECK(b0.peers_elsewhere());  // nobody missing any more: look again
   reduce(b0);
   reduce(b1);
   auto c0 = w.op(0, 2, 2, 7, false, 3);
   REQUIRE(c0.try_publish(bytes0, 8));
   CHECK_FALSE(c0.peers_elsewhere());
+}
+
+TEST_CASE("with more ranks than CPUs, every missing peer must have run elsewhere for a small all-reduce to spin") {
+  // Rank 0 last ran on CPU 1, ranks 1 and 2 on CPU 0; then collective 1.
+  n_regions w(3);
+  const std::array<int, 3> cpu{1, 0, 0};
+  std::vector<node_small_all_reduce> first;
+  for (int r = 0; r < 3; ++r) first.push_back(w.op(r, 0, 0, cpu[static_cast<std::size_t>(r)]));
+  for (auto& op : first) REQUIRE(op.try_publish(bytes0, 8));
+  for (auto& op : first) REQUIRE(op.peers() == state::ready);
+  for (auto& op : first) reduce(op);
+  auto a1 = w.op(1, 1, 1, 0);
+  REQUIRE(a1.try_publish(bytes0, 8));
+  CHECK_FALSE(a1.peers_elsewhere());  // rank 0 ran elsewhere, but rank 2 on this CPU
+  auto a0 = w.op(0, 1, 1, 1);
+  REQUIRE(a0.try_publish(bytes0, 8));
+  CHECK(a0.peers_elsewhere());  // the one missing peer, rank 2, ran on CPU 0
+  auto a2 = w.op(2, 1, 1, 0);
+  REQUIRE(a2.try_publish(bytes0, 8));
+  CHECK(a2.peers() == state::ready);
+  CHECK(a2.peers_elsewhere());  // nothing missing any more: look again
 }
 
 TEST_CASE("a rank that does not know its own CPU never spins because its peers run elsewhere") {

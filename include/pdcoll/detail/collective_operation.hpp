@@ -480,8 +480,9 @@ class collective_op_base : public collective_context, public operation_base {
     // look at their mailboxes for a while (waking them once, at the end)
     // before leaving the wait to the endpoint, which yields and sleeps. With
     // more ranks than CPUs, hand the CPU over to the peers that may share it
-    // right here (see spin_small). This holds the communicator's lock:
-    // another thread starting an operation on it waits as long.
+    // right here, waking them before each yield (see spin_small). This holds
+    // the communicator's lock: another thread starting an operation on it
+    // waits as long (spin_plan::bound, at most 50 us).
     const auto spin = node_small_all_reduce::spin_for(world_size);
     const int cpu = spin.crowded ? ::sched_getcpu() : -1;
     small_.emplace(*node, comm_->node_regions(), rank, world_size, seq_, comm_->follow_small_all_reduce(seq_),
@@ -493,7 +494,9 @@ class collective_op_base : public collective_context, public operation_base {
     if (spin.bound.count() > 0 && poll_small(spin.crowded, give_way)) return true;
     const auto started = std::chrono::steady_clock::now();
     deadline = started + timeout;
-    if (spin.bound.count() > 0 && spin_small(started, started + spin.bound, spin.crowded)) return true;
+    if (spin.bound.count() > 0 &&
+        spin_small(started, std::min(started + spin.bound, deadline), spin.crowded, give_way))
+      return true;
     advance_small();
     return true;
   }
@@ -514,28 +517,29 @@ class collective_op_base : public collective_context, public operation_base {
     return false;
   }
 
-  // poll_small() until `until` (the clock read at `now`); true when the
-  // operation finished (touch nothing after). `crowded` (more ranks than
-  // CPUs): yields whenever a peer it waits for may share this rank's CPU,
-  // and at least every node_small_all_reduce::crowded_spin, waking its
-  // peers first. A rank that completes one all-reduce and publishes the
-  // next before yielding lets the rank it hands over to finish both as
-  // well: one handoff per CPU per all-reduce, where going through the
-  // endpoint's wait (progress, completion queue, condition) costs about a
-  // microsecond more.
+  // poll_small() until `until` (the clock read at `now`), a stop request or
+  // an abort; true when the operation finished (touch nothing after).
+  // `crowded` (more ranks than CPUs): yields whenever a peer it waits for
+  // may share this rank's CPU (at once when `give_way`), and at least every
+  // node_small_all_reduce::crowded_spin, waking its peers first. A rank that
+  // completes one all-reduce and publishes the next before yielding lets
+  // the rank it hands over to finish both as well: one handoff per CPU per
+  // all-reduce, where going through the endpoint's wait (progress,
+  // completion queue, condition) costs about a microsecond more.
   bool spin_small(std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point until,
-                  bool crowded) noexcept {
+                  bool crowded, bool give_way) noexcept {
+    using clock = std::chrono::steady_clock;
     auto give_way_at = crowded ? now + node_small_all_reduce::crowded_spin : until;
     for (;;) {
-      bool give_way = false;
-      if (poll_small(crowded, give_way)) return true;
-      now = std::chrono::steady_clock::now();
-      if (now >= until) return false;
       if (crowded && (give_way || now >= give_way_at)) {
         small_->wake_peers();  // one that waited too long sleeps until a peer wakes it
         ::sched_yield();
-        give_way_at = now + node_small_all_reduce::crowded_spin;
+        give_way_at = clock::now() + node_small_all_reduce::crowded_spin;
       }
+      give_way = false;
+      if (poll_small(crowded, give_way)) return true;
+      now = clock::now();
+      if (now >= until || stop_requested.load(std::memory_order_relaxed) || comm_->aborted()) return false;
     }
   }
 

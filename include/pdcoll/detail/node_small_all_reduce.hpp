@@ -61,9 +61,10 @@ class node_small_all_reduce {
   /// the endpoint (which yields, then sleeps).
   struct spin_plan {
     /// At most this long: 5 us where every rank has a CPU, the time a peer
-    /// running on another core needs to get to the same collective;
-    /// `poll` (PDCOLL_POLL_US) where the ranks outnumber the CPUs, as long as
-    /// the endpoint would poll before sleeping; never more than `poll`.
+    /// running on another core needs to get to the same collective; where
+    /// the ranks outnumber the CPUs, as long as the endpoint would poll
+    /// before sleeping (`poll`, PDCOLL_POLL_US) up to crowded_bound; never
+    /// more than `poll`. The operation's deadline ends it sooner.
     std::chrono::nanoseconds bound;
     /// More ranks than CPUs: the wait yields whenever a peer it waits for may
     /// share this rank's CPU (peers_elsewhere() is false) and at least every
@@ -75,10 +76,13 @@ class node_small_all_reduce {
   /// With more ranks than CPUs, the longest spin between yields: peers last
   /// seen on other CPUs may have moved to this one since.
   static constexpr std::chrono::nanoseconds crowded_spin = std::chrono::microseconds(5);
+  /// With more ranks than CPUs, the longest wait in the operation (it holds
+  /// the communicator's lock and reads no abort notice meanwhile).
+  static constexpr std::chrono::nanoseconds crowded_bound = std::chrono::microseconds(50);
   /// The spin for `world_size` ranks on `cpus` CPUs with PDCOLL_POLL_US `poll`.
   static constexpr spin_plan spin_for(int world_size, unsigned cpus, std::chrono::nanoseconds poll) noexcept {
     const bool crowded = world_size < 1 || static_cast<unsigned>(world_size) > cpus;
-    return {crowded ? poll : std::min<std::chrono::nanoseconds>(std::chrono::microseconds(5), poll), crowded};
+    return {std::min<std::chrono::nanoseconds>(crowded ? crowded_bound : std::chrono::microseconds(5), poll), crowded};
   }
   /// spin_for() on this machine (CPUs and PDCOLL_POLL_US read once).
   static spin_plan spin_for(int world_size) noexcept {
@@ -149,8 +153,11 @@ class node_small_all_reduce {
   }
   /// After try_publish(): true when every rank whose contribution is
   /// missing last published from a known CPU other than this rank's (so it
-  /// is probably running, not waiting for this rank's CPU). Its mailbox of
-  /// the other parity holds its latest publication.
+  /// is probably running, not waiting for this rank's CPU), and when none is
+  /// missing any more (the last one usually arrived since peers() looked:
+  /// look again rather than yield). Its mailbox of the other parity holds
+  /// its latest publication, from an earlier small all-reduce: a rough
+  /// guide, which is why the spin on it is bounded.
   bool peers_elsewhere() const noexcept {
     if (!published_ || cpu_mark_ == 0) return false;
     for (int q = 0; q < world_size_; ++q) {
