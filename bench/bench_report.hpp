@@ -56,6 +56,8 @@ inline double summarize(std::vector<double>& samples, const std::string& timing)
   if (timing == "mean") return mean(samples);
   throw std::invalid_argument("timing must be median or mean, not " + timing);
 }
+/// True for a statistic summarize() knows.
+inline bool known_timing(std::string_view timing) noexcept { return timing == "median" || timing == "mean"; }
 
 /// Parses a byte count with an optional K, M or G suffix (powers of 1024),
 /// as nccl-tests' -b/-e do. Throws std::invalid_argument.

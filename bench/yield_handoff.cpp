@@ -17,6 +17,8 @@
 // ranks on 2 CPUs spend at least that on each all-reduce before any work;
 // pdcoll's 8-byte all-reduce takes 2.5-2.9 us (mean) there, Open MPI's
 // 5.5-6.3 in the same runs.
+#include "bench_report.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <sched.h>
@@ -24,7 +26,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -77,8 +78,8 @@ int main(int argc, char** argv) {
     }
     per_round.push_back(us);
   }
-  std::sort(per_round.begin(), per_round.end());
-  std::printf("yield handoff on CPU %d: median %.3f us (%.3f-%.3f over %d rounds of %ld turns)\n", cpu,
-              per_round[per_round.size() / 2], per_round.front(), per_round.back(), rounds, turns);
+  const double median = pdcoll::bench::median(per_round);  // sorts per_round
+  std::printf("yield handoff on CPU %d: median %.3f us (%.3f-%.3f over %d rounds of %ld turns)\n", cpu, median,
+              per_round.front(), per_round.back(), rounds, turns);
   return 0;
 }

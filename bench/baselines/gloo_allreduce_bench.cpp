@@ -74,7 +74,7 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "--json") o.json = v;
     else return false;
   }
-  return o.iters > 0 && o.warmup >= 0 && (o.timing == "median" || o.timing == "mean") &&
+  return o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing) &&
          (o.algo == "allreduce" || o.algo == "ring_chunked" || o.algo == "halving_doubling");
 }
 

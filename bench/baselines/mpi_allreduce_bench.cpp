@@ -49,7 +49,7 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "--json") o.json = v;
     else return false;
   }
-  return o.iters > 0 && o.warmup >= 0 && (o.timing == "median" || o.timing == "mean");
+  return o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing);
 }
 
 float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }

@@ -22,52 +22,30 @@ using pdcoll::testing::outcome_of;
 using pdcoll::detail::node_small_all_reduce;
 using state = node_small_all_reduce::state;
 
-/// Two ranks' node memory without communicators: the test plays both ranks.
-struct two_regions {
-  std::shared_ptr<pdcoll::transport::inproc::fabric> fabric = pdcoll::transport::inproc::fabric::create(2);
-  std::unique_ptr<pdcoll::transport::endpoint> ep0, ep1;
-  pdcoll::transport::node_memory* node0 = nullptr;
-  pdcoll::transport::node_memory* node1 = nullptr;
-  std::array<std::byte*, 2> regions{};
-
-  two_regions() {
-    fabric->enable_node_memory(pdcoll::transport::min_node_memory_bytes);
-    ep0 = fabric->endpoint_for(0);
-    ep1 = fabric->endpoint_for(1);
-    node0 = ep0->shared_node_memory();
-    node1 = ep1->shared_node_memory();
-    REQUIRE(node0);
-    REQUIRE(node1);
-    regions = {node0->region(0), node0->region(1)};
-  }
-  /// Rank `rank`'s part of collective `seq`, whose previous small
-  /// all-reduce was `previous` - 1 (0: none).
-  node_small_all_reduce op(int rank, std::uint64_t seq, std::uint64_t previous, std::uint64_t signature = 7,
-                           bool verify = false, int cpu = -1) {
-    return node_small_all_reduce(rank == 0 ? *node0 : *node1, regions.data(), rank, 2, seq, previous, signature,
-                                 verify, cpu);
-  }
-};
-
-/// `n` ranks' node memory without communicators, for rules that need more
-/// than two ranks.
-struct n_regions {
+/// `n` ranks' node memory without communicators: the test plays every rank.
+struct node_world {
   std::shared_ptr<pdcoll::transport::inproc::fabric> fabric;
   std::vector<std::unique_ptr<pdcoll::transport::endpoint>> endpoints;
   std::vector<std::byte*> regions;
 
-  explicit n_regions(int n) : fabric(pdcoll::transport::inproc::fabric::create(n)) {
+  explicit node_world(int n = 2) : fabric(pdcoll::transport::inproc::fabric::create(n)) {
     fabric->enable_node_memory(pdcoll::transport::min_node_memory_bytes);
-    for (int r = 0; r < n; ++r) endpoints.push_back(fabric->endpoint_for(r));
-    auto* node = endpoints[0]->shared_node_memory();
-    REQUIRE(node);
-    for (int r = 0; r < n; ++r) regions.push_back(node->region(r));
+    for (int r = 0; r < n; ++r) {
+      endpoints.push_back(fabric->endpoint_for(r));
+      REQUIRE(node(r));
+    }
+    for (int r = 0; r < n; ++r) regions.push_back(node(0)->region(r));
   }
-  /// Rank `rank`'s part of collective `seq` (previous small all-reduce
-  /// `previous` - 1), run on `cpu`.
-  node_small_all_reduce op(int rank, std::uint64_t seq, std::uint64_t previous, int cpu) {
-    return node_small_all_reduce(*endpoints[static_cast<std::size_t>(rank)]->shared_node_memory(), regions.data(),
-                                 rank, static_cast<int>(regions.size()), seq, previous, 7, false, cpu);
+  /// Rank `rank`'s view of the node memory.
+  pdcoll::transport::node_memory* node(int rank) const {
+    return endpoints[static_cast<std::size_t>(rank)]->shared_node_memory();
+  }
+  /// Rank `rank`'s part of collective `seq`, whose previous small
+  /// all-reduce was `previous` - 1 (0: none), run on `cpu` (-1: unknown).
+  node_small_all_reduce op(int rank, std::uint64_t seq, std::uint64_t previous, std::uint64_t signature = 7,
+                           bool verify = false, int cpu = -1) {
+    return node_small_all_reduce(*node(rank), regions.data(), rank, static_cast<int>(regions.size()), seq, previous,
+                                 signature, verify, cpu);
   }
 };
 
@@ -86,7 +64,7 @@ const auto* bytes1 = reinterpret_cast<const std::byte*>(in1.data());
 }  // namespace
 
 TEST_CASE("a mailbox is reused only once every peer has read what it last held") {
-  two_regions w;
+  node_world w;
   auto a0 = w.op(0, 0, 0), a1 = w.op(1, 0, 0);
   REQUIRE(a0.try_publish(bytes0, 8));
   CHECK(a0.peers() == state::waiting);
@@ -113,7 +91,7 @@ TEST_CASE("a mailbox is reused only once every peer has read what it last held")
 }
 
 TEST_CASE("a rank publishes a mailbox only after it has read the mailboxes of its previous small all-reduce") {
-  two_regions w;
+  node_world w;
   auto a0 = w.op(0, 0, 0), b0 = w.op(0, 1, 1);
   REQUIRE(a0.try_publish(bytes0, 8));
   CHECK_FALSE(b0.try_publish(bytes0, 8));  // its `done` would claim collective 0 read
@@ -129,7 +107,7 @@ TEST_CASE("small all-reduces publish in sequence order, also when a later one fi
   // (same mailbox) must wait for that, and collective 5 (same mailbox again,
   // free once rank 1 has read 1) must wait for 3: were 5 published first, 3
   // could never be (its mailbox would hold 5) and 5 would wait for 3's check.
-  two_regions w;
+  node_world w;
   auto z0 = w.op(0, 1, 0), z1 = w.op(1, 1, 0);
   REQUIRE(z0.try_publish(bytes0, 8));
   REQUIRE(z1.try_publish(bytes1, 8));
@@ -157,7 +135,7 @@ TEST_CASE("a small all-reduce spins on the mailboxes at most 5 us or PDCOLL_POLL
 }
 
 TEST_CASE("with more ranks than CPUs, a small all-reduce spins only while the peers it waits for last ran on another CPU") {
-  two_regions w;
+  node_world w;
   // Rank 1 has published nothing yet: its CPU is unknown, so rank 0 yields.
   auto a0 = w.op(0, 0, 0, 7, false, 3), a1 = w.op(1, 0, 0, 7, false, 5);
   CHECK_FALSE(a0.peers_elsewhere());  // not published yet
@@ -183,20 +161,20 @@ TEST_CASE("with more ranks than CPUs, a small all-reduce spins only while the pe
 
 TEST_CASE("with more ranks than CPUs, every missing peer must have run elsewhere for a small all-reduce to spin") {
   // Rank 0 last ran on CPU 1, ranks 1 and 2 on CPU 0; then collective 1.
-  n_regions w(3);
+  node_world w(3);
   const std::array<int, 3> cpu{1, 0, 0};
   std::vector<node_small_all_reduce> first;
-  for (int r = 0; r < 3; ++r) first.push_back(w.op(r, 0, 0, cpu[static_cast<std::size_t>(r)]));
+  for (int r = 0; r < 3; ++r) first.push_back(w.op(r, 0, 0, 7, false, cpu[static_cast<std::size_t>(r)]));
   for (auto& op : first) REQUIRE(op.try_publish(bytes0, 8));
   for (auto& op : first) REQUIRE(op.peers() == state::ready);
   for (auto& op : first) reduce(op);
-  auto a1 = w.op(1, 1, 1, 0);
+  auto a1 = w.op(1, 1, 1, 7, false, 0);
   REQUIRE(a1.try_publish(bytes0, 8));
   CHECK_FALSE(a1.peers_elsewhere());  // rank 0 ran elsewhere, but rank 2 on this CPU
-  auto a0 = w.op(0, 1, 1, 1);
+  auto a0 = w.op(0, 1, 1, 7, false, 1);
   REQUIRE(a0.try_publish(bytes0, 8));
   CHECK(a0.peers_elsewhere());  // the one missing peer, rank 2, ran on CPU 0
-  auto a2 = w.op(2, 1, 1, 0);
+  auto a2 = w.op(2, 1, 1, 7, false, 0);
   REQUIRE(a2.try_publish(bytes0, 8));
   CHECK(a2.peers() == state::ready);
   CHECK(a2.peers_elsewhere());  // nothing missing any more: look again
@@ -205,7 +183,7 @@ TEST_CASE("with more ranks than CPUs, every missing peer must have run elsewhere
 TEST_CASE("a rank that does not know its own CPU never spins because its peers run elsewhere") {
   for (const int own_cpu : {3, -1}) {
     CAPTURE(own_cpu);
-    two_regions w;
+    node_world w;
     auto a0 = w.op(0, 0, 0, 7, false, 3), a1 = w.op(1, 0, 0, 7, false, 5);
     REQUIRE(a0.try_publish(bytes0, 8));
     REQUIRE(a1.try_publish(bytes1, 8));
@@ -219,7 +197,7 @@ TEST_CASE("a rank that does not know its own CPU never spins because its peers r
 
 TEST_CASE("small all-reduces report collective_mismatch for another signature, or a left neighbour on another path") {
   SUBCASE("signatures differ") {
-    two_regions w;
+    node_world w;
     auto a0 = w.op(0, 0, 0, 7), a1 = w.op(1, 0, 0, 8);
     REQUIRE(a0.try_publish(bytes0, 8));
     REQUIRE(a1.try_publish(bytes1, 8));
@@ -227,11 +205,11 @@ TEST_CASE("small all-reduces report collective_mismatch for another signature, o
     CHECK(a1.peers() == state::mismatch);
   }
   SUBCASE("the left neighbour posted a check entry for the same collective") {
-    two_regions w;
+    node_world w;
     auto a0 = w.op(0, 0, 0, 7, true);
     REQUIRE(a0.try_publish(bytes0, 8));
     CHECK(a0.peers() == state::waiting);
-    const pdcoll::detail::node_check general{w.node1, 1, 2, 0};  // rank 1 runs collective 0 on a coroutine path
+    const pdcoll::detail::node_check general{w.node(1), 1, 2, 0};  // rank 1 runs collective 0 on a coroutine path
     REQUIRE(pdcoll::detail::node_check::room(&general));
     general.post(7);
     CHECK(a0.peers() == state::mismatch);

@@ -428,11 +428,11 @@ class collective_op_base : public collective_context, public operation_base {
   // memory, or device memory the transport reaches directly) or in host
   // bounce buffers (device memory the transport cannot reach, staging
   // forced, or a domain the CPU cannot reduce on), given the communicator's
-  // path_for() the input's kind. Logs the choice at INFO when it changes and
-  // counts it in the communicator's data_path_statistics.
+  // path_for() the input's kind (launch_locked() rejected unreachable). Logs
+  // the choice at INFO when it changes and counts it in the communicator's
+  // data_path_statistics.
   std::error_code choose_data_path(transport::data_path path) {
     const auto kind = spec_.input.region.kind;
-    if (path == transport::data_path::unreachable) return make_error_code(errc::unreachable_domain);
     const char* why = "";
     if (path != transport::data_path::host && path != transport::data_path::host_staged &&
         !(spec_.input.domain.reduces_on_device && spec_.output.domain.reduces_on_device)) {
