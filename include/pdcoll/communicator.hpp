@@ -126,8 +126,14 @@ class operation_base {
   virtual std::size_t poll() noexcept { return 0; }
   /// True when poll() would resume something.
   virtual bool poll_ready() const noexcept { return false; }
+  /// Called (under the lock, once) when wake_at has passed; what it sets in
+  /// motion runs at the next poll().
+  virtual void wake_time_reached() noexcept {}
 
   std::chrono::steady_clock::time_point deadline{};
+  /// When the operation wants wake_time_reached() even if nothing completes
+  /// (max: never). The communicator's waits end by then.
+  std::chrono::steady_clock::time_point wake_at = std::chrono::steady_clock::time_point::max();
   std::atomic<bool> stop_requested{false};
   operation_base* prev_active = nullptr;
   operation_base* next_active = nullptr;
@@ -598,8 +604,8 @@ class communicator final : private exec::progress_driver {
   // deadlines, the stuck-path close. Returns what ran.
   std::size_t progress_turn() noexcept {
     service_stop_requests();
-    const std::size_t n = run_completions();
-    check_deadlines();
+    std::size_t n = run_completions();
+    if (check_deadlines()) n += poll_operations();
     close_if_stuck();
     return n;
   }
@@ -639,10 +645,18 @@ class communicator final : private exec::progress_driver {
       if (op->stop_requested.load(std::memory_order_acquire)) op->cancel_outstanding();
   }
 
-  void check_deadlines() noexcept {
-    if (!active_) return;
+  // Aborts with timeout when an operation passed its deadline; calls
+  // wake_time_reached() on those whose wake_at passed and then returns true.
+  bool check_deadlines() noexcept {
+    if (!active_) return false;
     auto now = std::chrono::steady_clock::now();
+    bool woke = false;
     for (auto* op = active_; op; op = op->next_active) {
+      if (now >= op->wake_at) {
+        op->wake_at = std::chrono::steady_clock::time_point::max();
+        op->wake_time_reached();
+        woke = true;
+      }
       if (!op->timed_out && now >= op->deadline) {
         op->timed_out = true;
         if (detail::current_log_level() >= detail::log_level::warn) {
@@ -655,15 +669,16 @@ class communicator final : private exec::progress_driver {
           }
         }
         abort_locked(make_error_code(errc::timeout), true);
-        return;  // abort cancelled everything
+        return woke;  // abort cancelled everything
       }
     }
+    return woke;
   }
 
   std::chrono::steady_clock::time_point earliest_deadline_locked() const noexcept {
     auto t = std::chrono::steady_clock::time_point::max();
     for (auto* op = active_; op; op = op->next_active)
-      if (!op->timed_out) t = std::min(t, op->deadline);
+      if (!op->timed_out) t = std::min({t, op->deadline, op->wake_at});
     if (close_pending()) t = std::min(t, abort_time_ + options_.abort_grace);
     return t;
   }

@@ -29,12 +29,7 @@ double ms_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
 }
 
-pdcoll::communicator_options short_timeout(std::chrono::milliseconds t) {
-  pdcoll::communicator_options o;
-  o.timeout = t;
-  o.progress_thread = false;
-  return o;
-}
+using pdcoll::testing::short_timeout;
 
 }  // namespace
 

@@ -10,11 +10,13 @@
 #include <pdcoll/transport/inproc.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace pdcoll::testing {
@@ -31,6 +33,11 @@ struct endpoint_counters {
   std::atomic<int> data_receives{0};
   /// wait() calls that returned at once (endpoint_faults::early_wakeups).
   std::atomic<int> early_wakeups{0};
+  /// Signature-check messages posted (the reserved message index).
+  std::atomic<int> check_sends{0};
+  /// Every send's {peer, tag} in posting order. Written by the rank's own
+  /// thread only: read it once that thread has been joined.
+  std::vector<std::pair<int, std::uint64_t>> posted_sends;
 };
 
 /// How a wrapped endpoint misbehaves.
@@ -56,6 +63,9 @@ class wrapped_endpoint final : public transport::endpoint {
                             transport::completion_context* ctx) noexcept override {
     ++counters_->sends;
     if (!is_control(tag)) ++counters_->data_sends;
+    if (!is_control(tag) && (tag & pdcoll::detail::tag_index_mask) == pdcoll::detail::tag_index_mask)
+      ++counters_->check_sends;
+    counters_->posted_sends.emplace_back(peer, tag);
     return inner_->post_send(peer, buffer, length, tag, descriptor, ctx);
   }
   std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag, std::uint64_t ignore,
@@ -101,6 +111,14 @@ class wrapped_endpoint final : public transport::endpoint {
   std::shared_ptr<endpoint_counters> counters_;
   endpoint_faults faults_;
 };
+
+/// Options with `timeout` and no progress thread (the test's threads drive).
+inline communicator_options short_timeout(std::chrono::milliseconds timeout) {
+  communicator_options o;
+  o.timeout = timeout;
+  o.progress_thread = false;
+  return o;
+}
 
 /// N communicators over wrapped inproc endpoints, created together.
 struct wrapped_world {

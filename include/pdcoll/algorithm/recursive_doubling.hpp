@@ -37,9 +37,14 @@ struct recursive_doubling {
       if (!f.sits_out(r)) ctx.reduce(data, 0, incoming, 0, ctx.count);
     }
     ++index;
+    // In a power-of-two world every rank meets both ring neighbours along the
+    // way (detail::hypercube_partner): the signature check may wait for the
+    // data message it can share a write with.
+    const bool on_gray_cube = f.extra == 0;
+    if (on_gray_cube) ctx.hold_signature_check();
     if (const int a = f.active_rank(r); a >= 0) {
       for (int mask = 1; mask < f.pow2; mask <<= 1, ++index) {
-        const int partner = f.real_rank(a ^ mask);
+        const int partner = on_gray_cube ? detail::hypercube_partner(a, mask) : f.real_rank(a ^ mask);
         transfer_batch b(ctx, 2);
         b.recv(partner, incoming, 0, nbytes, index);
         b.send(partner, data, 0, nbytes, index);

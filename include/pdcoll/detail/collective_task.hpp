@@ -188,6 +188,12 @@ class transfer_batch {
   }
   /// True when nothing was added.
   bool empty() const noexcept { return transfers_.empty(); }
+  /// True when the batch holds a send to `peer`.
+  bool sends_to(int peer) const noexcept {
+    for (const auto& t : transfers_)
+      if (!t.receive && t.peer == peer) return true;
+    return false;
+  }
 
   /// Posts every transfer now (await later). Posting twice is a no-op.
   void post() noexcept {

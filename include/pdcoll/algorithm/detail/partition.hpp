@@ -1,6 +1,7 @@
 // File: algorithm/detail/partition.hpp — how algorithms cut a buffer into
-// per-rank segments and chunks, and the power-of-two folding that lets the
-// recursive algorithms run on any world size.
+// per-rank segments and chunks, the power-of-two folding that lets the
+// recursive algorithms run on any world size, and the Gray-code placement of
+// ranks on the hypercube that recursive doubling walks.
 #pragma once
 
 #include <cstddef>
@@ -47,5 +48,24 @@ struct fold {
   /// The first real rank whose data active rank `a` carries (its folded partner, if any).
   constexpr int first_carried(int a) const noexcept { return a < extra ? 2 * a : a + extra; }
 };
+
+/// The Gray code of `i`: consecutive values differ in exactly one bit, and so
+/// do the first and the last of 0 .. 2^k - 1.
+constexpr int gray_code(int i) noexcept { return i ^ (i >> 1); }
+
+/// The `i` whose Gray code is `code` (the inverse of gray_code).
+constexpr int gray_decode(int code) noexcept {
+  int i = code;
+  for (int shift = 1; shift < 32; shift <<= 1) i ^= i >> shift;
+  return i;
+}
+
+/// The partner of `rank` across bit `mask` of a hypercube of `pow2` ranks
+/// (a power of two) on which rank r sits at corner gray_code(r). Over the
+/// rounds mask = 1, 2, .. pow2/2 every rank meets rank + 1 and rank - 1
+/// (mod pow2), its neighbours on the ring the signature check runs along
+/// (collective_operation.hpp), so each check can travel beside a data message
+/// instead of alone. Each round is still a perfect matching: partner(partner(r)) == r.
+constexpr int hypercube_partner(int rank, int mask) noexcept { return gray_decode(gray_code(rank) ^ mask); }
 
 }  // namespace pdcoll::algo::detail
