@@ -687,6 +687,7 @@ class collective_op_base : public collective_context, public operation_base {
   // coroutine, which may end the operation unless the work is still running.
   void release_signature_check() noexcept {
     check_open_ = true;
+    wake_at = std::chrono::steady_clock::time_point::max();
     if (check_gate_) check_gate_->poll();
   }
 
