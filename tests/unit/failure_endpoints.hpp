@@ -11,12 +11,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
-#include <utility>
 #include <vector>
 
 namespace pdcoll::testing {
@@ -35,9 +35,18 @@ struct endpoint_counters {
   std::atomic<int> early_wakeups{0};
   /// Signature-check messages posted (the reserved message index).
   std::atomic<int> check_sends{0};
-  /// Every send's {peer, tag} in posting order. Written by the rank's own
-  /// thread only: read it once that thread has been joined.
-  std::vector<std::pair<int, std::uint64_t>> posted_sends;
+  /// progress() calls so far.
+  std::atomic<std::uint64_t> progress_calls{0};
+  /// A posted send, and how many progress() calls came before it (two sends
+  /// with the same count were handed to the transport in one turn).
+  struct posted_send {
+    int peer;
+    std::uint64_t tag;
+    std::uint64_t turn;
+  };
+  /// Every send in posting order. Written under the communicator's lock
+  /// (by whichever thread drives it): read it once the ranks' threads joined.
+  std::vector<posted_send> posted_sends;
 };
 
 /// How a wrapped endpoint misbehaves.
@@ -65,7 +74,7 @@ class wrapped_endpoint final : public transport::endpoint {
     if (!is_control(tag)) ++counters_->data_sends;
     if (!is_control(tag) && (tag & pdcoll::detail::tag_index_mask) == pdcoll::detail::tag_index_mask)
       ++counters_->check_sends;
-    counters_->posted_sends.emplace_back(peer, tag);
+    counters_->posted_sends.push_back({peer, tag, counters_->progress_calls.load()});
     return inner_->post_send(peer, buffer, length, tag, descriptor, ctx);
   }
   std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag, std::uint64_t ignore,
@@ -82,7 +91,10 @@ class wrapped_endpoint final : public transport::endpoint {
     ++counters_->closes;
     inner_->close();
   }
-  std::size_t progress() noexcept override { return inner_->progress(); }
+  std::size_t progress() noexcept override {
+    ++counters_->progress_calls;
+    return inner_->progress();
+  }
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     if (counters_->early_wakeups.load() < faults_.early_wakeups) {  // only the driving thread calls wait()
       ++counters_->early_wakeups;

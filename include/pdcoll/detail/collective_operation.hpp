@@ -256,7 +256,7 @@ class collective_op_base : public collective_context, public operation_base {
     for (auto* w = waiting_; w; w = w->next_waiting) w->cancel();
   }
   // The hold on the signature check ran out: the next poll() sends it.
-  void wake_time_reached() noexcept override { check_open_ = true; }
+  void wake_time_reached() noexcept override { open_signature_check(); }
   // Resumes at most one wait: its coroutine may end (and destroy) the operation.
   std::size_t poll() noexcept override {
     if (small_) return advance_small() ? 1 : 0;
@@ -274,7 +274,12 @@ class collective_op_base : public collective_context, public operation_base {
   std::string describe() const override {
     std::string pending;
     for (auto* b = outstanding_; b; b = b->next_outstanding) b->describe_pending(pending);
-    if (waiting_) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
+    bool flags = false;
+    for (auto* w = waiting_; w; w = w->next_waiting) flags = flags || w != check_gate_;
+    if (flags) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
+    if (check_gate_)
+      pending += std::string(pending.empty() ? "" : "; ") + "signature check held for a message to rank " +
+                 std::to_string((rank + 1) % world_size);
     if (small_) pending += std::string(pending.empty() ? "" : "; ") + small_->describe();
     return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" +
            std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
@@ -341,13 +346,18 @@ class collective_op_base : public collective_context, public operation_base {
     } catch (const std::bad_alloc&) {
       return finish(std::make_error_code(std::errc::not_enough_memory));
     }
-    // A message check (check_gate_) keeps the operation alive past start():
-    // it cannot complete before its send is released below.
-    const bool gated = check_gate_ != nullptr;
+    // The work may finish inside start() (every transfer failed at once, or
+    // completed inline), and with it the check, released by the first batch
+    // to rank + 1: launching_ defers the end of the operation to here.
+    launching_ = true;
     task_.start(&on_task_done, this);
-    if (!gated || check_open_) return;
+    launching_ = false;
+    if (work_done_ && !check_pending_) return finish(work_error_);  // ends the operation: nothing after
+    if (!check_gate_ || check_open_) return;
     if (!check_held_) return release_signature_check();  // may end the operation: nothing after
-    wake_at = launched + check_hold_limit;
+    // Held: until the first message to rank + 1, at most check_hold_limit
+    // (and well inside a short timeout, so a mismatch is not reported as one).
+    wake_at = launched + std::min<std::chrono::steady_clock::duration>(check_hold_limit, timeout / 2);
   }
 
   // Scratch memory of the working domain (device scratch for the direct
@@ -661,33 +671,48 @@ class collective_op_base : public collective_context, public operation_base {
   // operation opens it (release_signature_check, or a poll() once
   // check_open_ is set), so that a held check can leave with a data message.
   static collective_task check_by_message(collective_op_base& op) {
+    const auto mismatch = make_error_code(errc::collective_mismatch);
     transfer_batch arrived(op, 1);
     arrived.recv((op.rank + op.world_size - 1) % op.world_size, {}, 0, 0, signature_check_index);
     arrived.post();
-    condition_wait gate(op, &collective_op_base::check_released, &op);
+    const check_gate_state state{&op, &arrived};
+    condition_wait gate(op, &collective_op_base::check_may_go, &state);
     op.check_gate_ = &gate;
     const std::error_code cancelled = co_await gate;
     op.check_gate_ = nullptr;
     if (cancelled) {  // the work failed or the communicator aborted: the receive is cancelled too
-      (void)co_await arrived;
-      co_return cancelled;
+      const std::error_code receive_error = co_await arrived;
+      co_return receive_error == mismatch ? receive_error : cancelled;
     }
+    // The left neighbour's check failed (a mismatch): report it now, not
+    // once the hold ends; the abort that follows ends every peer's wait.
+    if (arrived.done() && arrived.error()) co_return arrived.error();
     transfer_batch sent(op, 1);
     sent.send((op.rank + 1) % op.world_size, {}, 0, 0, signature_check_index);
     const std::error_code send_error = co_await sent;
     const std::error_code receive_error = co_await arrived;
-    co_return send_error ? send_error : receive_error;
+    co_return receive_error == mismatch || !send_error ? receive_error : send_error;
   }
 
-  static bool check_released(const void* self) noexcept {
-    return static_cast<const collective_op_base*>(self)->check_open_;
+  struct check_gate_state {
+    const collective_op_base* op;
+    const transfer_batch* arrived;
+  };
+  // The check's send may go, or need not: the left neighbour's check failed.
+  static bool check_may_go(const void* self) noexcept {
+    const auto& s = *static_cast<const check_gate_state*>(self);
+    return s.op->check_open_ || (s.arrived->done() && s.arrived->error());
   }
 
+  // Lets the check's send go at the next poll().
+  void open_signature_check() noexcept {
+    check_open_ = true;
+    wake_at = std::chrono::steady_clock::time_point::max();
+  }
   // Sends the check now if it waits at the gate. Resumes the check's
   // coroutine, which may end the operation unless the work is still running.
   void release_signature_check() noexcept {
-    check_open_ = true;
-    wake_at = std::chrono::steady_clock::time_point::max();
+    open_signature_check();
     if (check_gate_) check_gate_->poll();
   }
 
@@ -712,7 +737,7 @@ class collective_op_base : public collective_context, public operation_base {
     op->check_error_ = op->check_task_.result();
     // Cancels the algorithm's transfers here and tells every peer.
     if (op->check_error_ == make_error_code(errc::collective_mismatch)) op->comm_->abort_locked(op->check_error_, true);
-    if (op->work_done_) op->finish(op->work_error_);  // may destroy the operation: nothing after
+    if (op->work_done_ && !op->launching_) op->finish(op->work_error_);  // may destroy the operation: nothing after
   }
 
   // ---- the staged path (staging.hpp) ----------------------------------------------------
@@ -858,11 +883,13 @@ class collective_op_base : public collective_context, public operation_base {
   // Runs once, when the algorithm's coroutine (or the last staged chunk) has
   // finished, or when the collective never started.
   void finish(std::error_code ec) noexcept {
-    if (check_pending_) {  // the work is done: wait for the signature check (cancelled if the work failed)
+    // The work is done: wait for the signature check (cancelled if the work
+    // failed), or for the algorithm's start() to return (launch_locked).
+    if (check_pending_ || launching_) {
       work_done_ = true;
       work_error_ = ec;
       if (ec) cancel_outstanding();
-      check_open_ = true;  // a held check that found no message to ride with: the next poll() sends it
+      open_signature_check();  // a held check that found no message to ride with: the next poll() sends it
       return;
     }
     if (check_error_ && (!ec || check_error_ == make_error_code(errc::collective_mismatch))) ec = check_error_;
@@ -901,6 +928,7 @@ class collective_op_base : public collective_context, public operation_base {
   condition_wait* check_gate_ = nullptr;  // where a message check's send waits, while it does
   bool check_open_ = false;               // the check's send may go
   bool check_held_ = false;               // the algorithm asked to hold it (hold_signature_check)
+  bool launching_ = false;                // inside the algorithm's start(): finish() only records
   bool check_pending_ = false;
   bool work_done_ = false;
   std::error_code work_error_;
