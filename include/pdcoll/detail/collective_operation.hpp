@@ -217,7 +217,7 @@ class collective_op_base : public collective_context, public operation_base {
     // A held check rides with the first message to rank + 1: posted just
     // before it. The algorithm is mid-step, so the check cannot end the
     // operation here.
-    if (check_gate_ && !check_open_ && b.sends_to((rank + 1) % world_size)) release_signature_check();
+    if (check_gate_ && !check_open_ && b.sends_to(check_peer())) release_signature_check();
   }
   void batch_finished(transfer_batch& b) noexcept override {
     if (b.prev_outstanding) b.prev_outstanding->next_outstanding = b.next_outstanding;
@@ -279,7 +279,7 @@ class collective_op_base : public collective_context, public operation_base {
     if (flags) pending += std::string(pending.empty() ? "" : "; ") + "peers' shared-memory flags";
     if (check_gate_)
       pending += std::string(pending.empty() ? "" : "; ") + "signature check held for a message to rank " +
-                 std::to_string((rank + 1) % world_size);
+                 std::to_string(check_peer());
     if (small_) pending += std::string(pending.empty() ? "" : "; ") + small_->describe();
     return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" +
            std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
@@ -673,7 +673,7 @@ class collective_op_base : public collective_context, public operation_base {
   static collective_task check_by_message(collective_op_base& op) {
     const auto mismatch = make_error_code(errc::collective_mismatch);
     transfer_batch arrived(op, 1);
-    arrived.recv((op.rank + op.world_size - 1) % op.world_size, {}, 0, 0, signature_check_index);
+    arrived.recv((op.rank + op.world_size - 1) % op.world_size, {}, 0, 0, signature_check_index);  // from the left
     arrived.post();
     const check_gate_state state{&op, &arrived};
     condition_wait gate(op, &collective_op_base::check_may_go, &state);
@@ -688,7 +688,7 @@ class collective_op_base : public collective_context, public operation_base {
     // once the hold ends; the abort that follows ends every peer's wait.
     if (arrived.done() && arrived.error()) co_return arrived.error();
     transfer_batch sent(op, 1);
-    sent.send((op.rank + 1) % op.world_size, {}, 0, 0, signature_check_index);
+    sent.send(op.check_peer(), {}, 0, 0, signature_check_index);
     const std::error_code send_error = co_await sent;
     const std::error_code receive_error = co_await arrived;
     co_return receive_error == mismatch || !send_error ? receive_error : send_error;
@@ -703,6 +703,9 @@ class collective_op_base : public collective_context, public operation_base {
     const auto& s = *static_cast<const check_gate_state*>(self);
     return s.op->check_open_ || (s.arrived->done() && s.arrived->error());
   }
+
+  // Where this rank's check goes: its right neighbour.
+  int check_peer() const noexcept { return (rank + 1) % world_size; }
 
   // Lets the check's send go at the next poll().
   void open_signature_check() noexcept {
