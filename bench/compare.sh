@@ -5,7 +5,9 @@
 #   Open MPI    shared memory (btl self,vader), TCP loopback (btl self,tcp, lo)
 #   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
 #   tcp-ceiling the TCP loopback ceiling: n concurrent iperf3 streams for n ranks
-#               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing
+#               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing;
+#               and from 16 MiB up, size by size, a ring of n bench/tcp_exchange
+#               processes moving a ring all-reduce's bytes with nothing reduced
 # with ranks bound to a core each where there are enough cores (pdcoll-run's
 # default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by
 # default), plus an 8-byte latency row per library (the mean of 2000
@@ -64,7 +66,7 @@ done
 
 if ((do_build)); then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench
+  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_exchange
 fi
 bin=$build/bench
 for p in pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench; do
@@ -126,10 +128,17 @@ sizes() {  # sizes small|large|latency: sets args to the size options
 # $ceiling only when some iperf3 run gave figures, and never fails the sweep.
 ceiling=$out/tcp_ceiling.csv
 rm -f "$ceiling"
+exchange_sizes=""  # the sweep's sizes from 16 MiB up (see bench/tcp_ceiling.py: a bound only out of cache)
+for ((b = $(bytes_of "$min"); b <= $(bytes_of "$max"); b *= factor)); do
+  ((b >= 16 << 20)) && exchange_sizes+="$b "
+  ((factor > 1)) || break
+done
 if ((ceiling_seconds > 0)); then
-  echo "== tcp-ceiling: iperf3 on 127.0.0.1, ranks $ranks, -l $ceiling_lengths, ${ceiling_seconds}s each" | tee -a "$log"
+  echo "== tcp-ceiling: iperf3 on 127.0.0.1, ranks $ranks, -l $ceiling_lengths, ${ceiling_seconds}s each;" \
+    "tcp_exchange at ${exchange_sizes:-no size}" | tee -a "$log"
   timeout "$timeout_s" python3 bench/tcp_ceiling.py measure --ranks "$ranks" --lengths "$ceiling_lengths" \
-    --seconds "$ceiling_seconds" --out "$ceiling" 2>&1 | tee -a "$log" ||
+    --seconds "$ceiling_seconds" --out "$ceiling" \
+    ${exchange_sizes:+--exchange "$bin/tcp_exchange" --exchange-sizes "$exchange_sizes"} 2>&1 | tee -a "$log" ||
     echo "compare.sh: the TCP ceiling measurement failed (see $log); going on without it" | tee -a "$log" >&2
 fi
 
