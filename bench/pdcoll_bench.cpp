@@ -74,8 +74,10 @@ class bench_buffer<T, memory::host> {
  public:
   using domain_handle = memory::host*;
   bench_buffer(domain_handle, std::size_t count) : data_(count) {}
-  pdcoll::view<T, memory::host> view() { return {data_.data(), data_.size()}; }
-  void write(const std::vector<T>& values) { std::copy(values.begin(), values.end(), data_.begin()); }
+  pdcoll::view<T, memory::host> view(std::size_t offset, std::size_t count) { return {data_.data() + offset, count}; }
+  void write(std::size_t offset, const std::vector<T>& values) {
+    std::copy(values.begin(), values.end(), data_.begin() + static_cast<std::ptrdiff_t>(offset));
+  }
   std::vector<T> read() const { return data_; }
 
  private:
@@ -87,9 +89,11 @@ class bench_buffer<T, memory::emulated_device> {
  public:
   using domain_handle = memory::emulated_device*;
   bench_buffer(domain_handle device, std::size_t count) : device_(device), buffer_(device->template allocate<T>(count)) {}
-  pdcoll::view<T, memory::emulated_device> view() { return buffer_.view(); }
-  void write(const std::vector<T>& values) {
-    device_->copy_from_host(std::span<const T>(values.data(), values.size()), buffer_.view());
+  pdcoll::view<T, memory::emulated_device> view(std::size_t offset, std::size_t count) {
+    return buffer_.view().subview(offset, count);
+  }
+  void write(std::size_t offset, const std::vector<T>& values) {
+    device_->copy_from_host(std::span<const T>(values.data(), values.size()), view(offset, values.size()));
   }
   std::vector<T> read() const {
     std::vector<T> host(buffer_.size());
@@ -119,7 +123,12 @@ struct layout {
   std::size_t in_count = 0;   // this rank's input elements
   std::size_t out_count = 0;  // this rank's output elements
   std::size_t block = 0;      // per-rank block (all_gather, reduce_scatter, all_to_all)
-  bool in_place = true;       // whether pdcoll accepts input == output
+  bool in_place = true;       // whether the collective has an in-place form
+  // In place, input and output share one buffer of max(in_count, out_count)
+  // elements, at these offsets (nccl-tests' layout: all_gather's input is
+  // this rank's block of the output, reduce_scatter's output this rank's
+  // block of the input).
+  std::size_t in_at = 0, out_at = 0;
 };
 
 bool reduces(const std::string& collective) {
@@ -144,7 +153,10 @@ class runner {
       l.block = l.count / P;
       l.in_count = c == "all_gather" ? l.block : l.count;
       l.out_count = c == "reduce_scatter" ? l.block : l.count;
-      l.in_place = false;  // pdcoll rejects overlapping input and output for these
+      l.in_place = c != "all_to_all";  // pdcoll rejects overlapping input and output for all_to_all
+      const std::size_t mine = static_cast<std::size_t>(rank_) * l.block;
+      l.in_at = c == "all_gather" ? mine : 0;
+      l.out_at = c == "reduce_scatter" ? mine : 0;
     } else {
       l.in_count = l.out_count = l.count;
       l.in_place = c != "sendrecv";
@@ -176,14 +188,15 @@ class runner {
   /// runs it once, to completion (throws std::system_error on failure).
   template <class Run>
   measurement measure(const layout& l, bool in_place, std::uint64_t salt, Run run_once) {
-    bench_buffer<T, D> in(domain_, l.in_count);
+    const std::size_t in_at = in_place ? l.in_at : 0, out_at = in_place ? l.out_at : 0;
+    bench_buffer<T, D> in(domain_, in_place ? std::max(l.in_count, l.out_count) : l.in_count);
     std::unique_ptr<bench_buffer<T, D>> separate_out;
     if (!in_place) separate_out = std::make_unique<bench_buffer<T, D>>(domain_, l.out_count);
     bench_buffer<T, D>& out = in_place ? in : *separate_out;
-    in.write(input_of(rank_, salt, l.in_count));  // touches the pages before timing
+    in.write(in_at, input_of(rank_, salt, l.in_count));  // touches the pages before timing
 
-    const auto vin = in.view();
-    const auto vout = out.view();
+    const auto vin = in.view(in_at, l.in_count);
+    const auto vout = out.view(out_at, l.out_count);
     for (int i = 0; i < opt_.warmup; ++i) run_once(vin, vout);
     exec::sync_wait(pdcoll::barrier(comm_));
     std::vector<double> samples;
@@ -198,10 +211,12 @@ class runner {
     pdcoll::bench::set_bandwidth(m, l.bytes, opt_.collective, world_);
 
     if (opt_.check) {
-      in.write(input_of(rank_, salt, l.in_count));
-      if (!in_place) out.write(input_of(rank_, salt ^ 0x5eed, l.out_count));  // stale values must be overwritten
+      in.write(in_at, input_of(rank_, salt, l.in_count));
+      if (!in_place) out.write(0, input_of(rank_, salt ^ 0x5eed, l.out_count));  // stale values must be overwritten
       run_once(vin, vout);
-      std::vector<std::uint64_t> wrong{count_wrong(l, out.read(), salt)};
+      auto result = out.read();
+      result.erase(result.begin(), result.begin() + static_cast<std::ptrdiff_t>(out_at));
+      std::vector<std::uint64_t> wrong{count_wrong(l, result, salt)};
       exec::sync_wait(pdcoll::all_reduce(comm_, wrong, pdcoll::op::sum));
       m.wrong = static_cast<long long>(wrong[0]);
     }
@@ -372,8 +387,9 @@ int main(int argc, char** argv) {
       "Launch under tools/pdcoll-run, mpirun or srun. Time is the MEDIAN over -n iterations of one\n"
       "operation measured by rank 0 after warm-up and a barrier (nccl-tests reports the mean: --timing).\n"
       "busbw = algbw x factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter (size = whole buffer)\n"
-      "and all_to_all (n-1)/n; broadcast, reduce, sendrecv 1. In-place all_gather, reduce_scatter,\n"
-      "all_to_all and sendrecv print N/A: pdcoll rejects overlapping input and output for them.",
+      "and all_to_all (n-1)/n; broadcast, reduce, sendrecv 1. In place as nccl-tests: all_gather's\n"
+      "input is this rank's block of the output, reduce_scatter's output this rank's block of the\n"
+      "input. In-place all_to_all and sendrecv print N/A: pdcoll rejects overlapping input and output.",
       "pdcoll-bench"};
   app.add_option("-b,--minbytes", opt.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", opt.max_bytes, "largest size in bytes (K/M/G suffixes)")->capture_default_str();

@@ -9,8 +9,9 @@
 // rejected call still returns a sender, which completes with set_error(errc::…)
 // when started, and posts nothing: null or undersized buffers
 // (null_buffer, buffer_too_small), sizes that overflow (count_overflow), roots
-// or peers out of range (root_out_of_range), partially overlapping input and
-// output (overlapping_buffers), an op the type does not support at run time
+// or peers out of range (root_out_of_range), input and output that overlap
+// other than in the collective's in-place form (overlapping_buffers; see
+// each function), an op the type does not support at run time
 // (unsupported_op). Every rank must start the same collectives in the same
 // order with the same counts, types, ops and roots; a rank that does not
 // makes every rank complete with errc::collective_mismatch.
@@ -174,18 +175,43 @@ inline bool bytes_fit(std::size_t n, std::size_t multiplier, std::size_t element
 
 inline bool is_null(const user_buffer& b) noexcept { return b.region.address == nullptr; }
 
-inline bool partially_overlap(const user_buffer& a, const user_buffer& b) noexcept {
+/// The one overlap of input and output a collective accepts as "in place";
+/// any other overlap is errc::overlapping_buffers.
+enum class in_place_form {
+  none,             ///< no overlap at all (all_to_all)
+  same_buffer,      ///< input and output start at the same element (all_reduce, broadcast, reduce)
+  input_in_output,  ///< input is block `rank` of the output (all_gather, as ncclAllGather and MPI_IN_PLACE)
+  output_in_input,  ///< output is block `rank` of the input (reduce_scatter, as ncclReduceScatter)
+};
+
+inline bool overlap(const user_buffer& a, const user_buffer& b) noexcept {
   if (a.region.kind != b.region.kind || !a.region.length || !b.region.length) return false;
   auto a0 = reinterpret_cast<std::uintptr_t>(a.region.address), b0 = reinterpret_cast<std::uintptr_t>(b.region.address);
-  bool overlap = a0 < b0 + b.region.length && b0 < a0 + a.region.length;
-  return overlap && a0 != b0;
+  return a0 < b0 + b.region.length && b0 < a0 + a.region.length;
+}
+
+// Whether in and out overlap other than as `form` allows, for blocks of `block_bytes` on rank `rank`.
+inline bool overlaps_wrongly(const user_buffer& in, const user_buffer& out, in_place_form form, int rank,
+                             std::size_t block_bytes) noexcept {
+  if (!overlap(in, out)) return false;
+  const auto i0 = reinterpret_cast<std::uintptr_t>(in.region.address);
+  const auto o0 = reinterpret_cast<std::uintptr_t>(out.region.address);
+  const std::size_t at = static_cast<std::size_t>(rank) * block_bytes;
+  switch (form) {
+    case in_place_form::same_buffer: return i0 != o0;
+    case in_place_form::input_in_output: return i0 != o0 + at;
+    case in_place_form::output_in_input: return o0 != i0 + at;
+    case in_place_form::none: break;
+  }
+  return true;
 }
 
 // Fills the parts every collective shares and checks the buffers:
-// `in_elems`/`out_elems` are the elements this rank's call needs.
+// `in_elems`/`out_elems` are the elements this rank's call needs; for the
+// block forms of in_place, a block is `count` elements.
 template <class In, class Out>
 collective_spec make_spec(const communicator& comm, collective_kind kind, const In& in, const Out& out,
-                          std::size_t count, std::size_t in_elems, std::size_t out_elems, bool allow_in_place) {
+                          std::size_t count, std::size_t in_elems, std::size_t out_elems, in_place_form in_place) {
   collective_spec s;
   s.kind = kind;
   s.count = count;
@@ -199,8 +225,7 @@ collective_spec make_spec(const communicator& comm, collective_kind kind, const 
     s.invalid = make_error_code(errc::null_buffer);
   } else if (in.size() < in_elems || out.size() < out_elems) {
     s.invalid = make_error_code(errc::buffer_too_small);
-  } else if (partially_overlap(s.input, s.output) || (!allow_in_place && in_elems && out_elems &&
-                                                      s.input.region.address == s.output.region.address)) {
+  } else if (in_elems && out_elems && overlaps_wrongly(s.input, s.output, in_place, comm.rank(), count * sizeof(T))) {
     s.invalid = make_error_code(errc::overlapping_buffers);
   }
   // The engine moves exactly what the collective needs.
@@ -229,7 +254,7 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, Op = {}) {
   using T = detail::element_of<decltype(vout)>;
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_reduce: input and output differ in type or domain");
   static_assert(is_supported_v<T, Op>, "all_reduce: this op is not defined for this element type");
-  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), true);
+  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), detail::in_place_form::same_buffer);
   s.red = &detail::reduction_for<T, Op>;
   s.algorithm = [](detail::collective_context& ctx) -> detail::collective_task {
     auto ec = co_await Algo::all_reduce(ctx);
@@ -260,7 +285,7 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
     if constexpr (is_supported_v<T, decltype(o)>) {
       return all_reduce<Algo>(comm, vin, vout, o);
     } else {
-      auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), true);
+      auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), detail::in_place_form::same_buffer);
       s.invalid = make_error_code(errc::unsupported_op);
       return collective_sender(comm, std::move(s));
     }
@@ -273,7 +298,7 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
     case reduction::avg: return with(op::avg);
     default: break;
   }
-  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), true);
+  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), detail::in_place_form::same_buffer);
   s.invalid = make_error_code(errc::unsupported_op);
   return collective_sender(comm, std::move(s));
 }
@@ -288,7 +313,8 @@ collective_sender broadcast(communicator& comm, In&& in, Out&& out, int root) {
   using T = detail::element_of<decltype(vout)>;
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "broadcast: input and output differ");
   const std::size_t n = vout.size();
-  auto s = detail::make_spec(comm, collective_kind::broadcast, vin, vout, n, comm.rank() == root ? n : 0, n, true);
+  auto s = detail::make_spec(comm, collective_kind::broadcast, vin, vout, n, comm.rank() == root ? n : 0, n,
+                             detail::in_place_form::same_buffer);
   if (!s.invalid && !detail::root_ok(comm, root)) s.invalid = make_error_code(errc::root_out_of_range);
   s.root = root;
   s.red = &detail::plain_table_for<T>;
@@ -315,7 +341,8 @@ collective_sender reduce(communicator& comm, In&& in, Out&& out, Op, int root) {
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "reduce: input and output differ");
   static_assert(is_supported_v<T, Op>, "reduce: this op is not defined for this element type");
   const std::size_t n = vin.size();
-  auto s = detail::make_spec(comm, collective_kind::reduce, vin, vout, n, n, comm.rank() == root ? n : 0, true);
+  auto s = detail::make_spec(comm, collective_kind::reduce, vin, vout, n, n, comm.rank() == root ? n : 0,
+                             detail::in_place_form::same_buffer);
   if (!s.invalid && !detail::root_ok(comm, root)) s.invalid = make_error_code(errc::root_out_of_range);
   s.root = root;
   s.red = &detail::reduction_for<T, Op>;
@@ -329,8 +356,10 @@ collective_sender reduce(communicator& comm, In&& in, Out&& out, Op, int root) {
 }
 
 /// All-gather: every rank's `in` (n elements) concatenated in rank order into
-/// every rank's `out` (P·n elements). Algo: algo::ring or
-/// algo::recursive_doubling (Bruck).
+/// every rank's `out` (P·n elements). In place, as ncclAllGather: `in` is
+/// this rank's block of `out`, `out.subspan(rank * n, n)`; any other overlap
+/// is errc::overlapping_buffers. Algo: algo::ring or algo::recursive_doubling
+/// (Bruck).
 template <class Algo = algo::ring, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
   auto vin = detail::as_view(std::forward<In>(in));
@@ -339,7 +368,7 @@ collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_gather: input and output differ");
   const std::size_t n = vin.size(), P = static_cast<std::size_t>(comm.world_size());
   auto s = detail::make_spec(comm, collective_kind::all_gather, vin, vout, n, n,
-                             detail::bytes_fit(n, P, sizeof(T)) ? n * P : 0, false);
+                             detail::bytes_fit(n, P, sizeof(T)) ? n * P : 0, detail::in_place_form::input_in_output);
   s.red = &detail::plain_table_for<T>;
   s.algorithm = &Algo::all_gather;
   s.algorithm_name = Algo::name;
@@ -347,7 +376,10 @@ collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
 }
 
 /// Reduce-scatter: `in` holds P blocks of n = out.size() elements; rank r
-/// receives block r combined over all ranks with `op`. Algo: algo::ring or
+/// receives block r combined over all ranks with `op`. In place, as
+/// ncclReduceScatter: `out` is this rank's block of `in`,
+/// `in.subspan(rank * n, n)` (the rest of `in` keeps its values); any other
+/// overlap is errc::overlapping_buffers. Algo: algo::ring or
 /// algo::recursive_halving.
 template <class Algo = algo::ring, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
   requires(!detail::buffer_argument<Op>)
@@ -359,7 +391,7 @@ collective_sender reduce_scatter(communicator& comm, In&& in, Out&& out, Op = {}
   static_assert(is_supported_v<T, Op>, "reduce_scatter: this op is not defined for this element type");
   const std::size_t n = vout.size(), P = static_cast<std::size_t>(comm.world_size());
   auto s = detail::make_spec(comm, collective_kind::reduce_scatter, vin, vout, n,
-                             detail::bytes_fit(n, P, sizeof(T)) ? n * P : 0, n, false);
+                             detail::bytes_fit(n, P, sizeof(T)) ? n * P : 0, n, detail::in_place_form::output_in_input);
   s.red = &detail::reduction_for<T, Op>;
   s.algorithm = [](detail::collective_context& ctx) -> detail::collective_task {
     auto ec = co_await Algo::reduce_scatter(ctx);
@@ -380,7 +412,7 @@ collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_to_all: input and output differ");
   const auto P = static_cast<std::size_t>(comm.world_size());
   const std::size_t n = vin.size() / P;
-  auto s = detail::make_spec(comm, collective_kind::all_to_all, vin, vout, n, n * P, n * P, false);
+  auto s = detail::make_spec(comm, collective_kind::all_to_all, vin, vout, n, n * P, n * P, detail::in_place_form::none);
   if (!s.invalid && vin.size() % P != 0) s.invalid = make_error_code(errc::invalid_argument);
   s.red = &detail::plain_table_for<T>;
   s.algorithm = &Algo::all_to_all;

@@ -12,9 +12,11 @@
 #include <pdcoll/pdcoll.hpp>
 #include <support/reference.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -148,31 +150,41 @@ void reduce_case(failures& f, std::size_t count, std::uint64_t salt, int root) {
     if (auto msg = check_reduced<T, Op>(out.data(), count, salt, comm.world_size()); !msg.empty()) f.add(what + ": " + msg);
 }
 
+// In place (as ncclAllGather): the input is this rank's block of the output.
 template <class Algo, class T>
-void all_gather_case(failures& f, std::size_t count, std::uint64_t salt) {
+void all_gather_case(failures& f, std::size_t count, std::uint64_t salt, bool in_place) {
   auto& comm = world();
   const int P = comm.world_size();
+  const std::size_t mine = count * static_cast<std::size_t>(comm.rank());
   auto in = make_input<T>(salt, comm.rank(), count, false);
   std::vector<T> out(count * static_cast<std::size_t>(P)), expected;
   for (int r = 0; r < P; ++r) {
     auto part = make_input<T>(salt, r, count, false);
     expected.insert(expected.end(), part.begin(), part.end());
   }
-  std::string what = describe("all_gather", Algo::name, count);
-  if (run(f, what, all_gather<Algo>(comm, in, out))) check_equal(f, what, out, expected);
+  std::string what = describe("all_gather", Algo::name, count) + (in_place ? " in-place" : "");
+  bool ok = false;
+  if (in_place) {
+    std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(mine));
+    ok = run(f, what, all_gather<Algo>(comm, std::span<T>(out).subspan(mine, count), out));
+  } else {
+    ok = run(f, what, all_gather<Algo>(comm, in, out));
+  }
+  if (ok) check_equal(f, what, out, expected);
 }
 
+// In place (as ncclReduceScatter): the output is this rank's block of the input.
 template <class Algo, class T, class Op>
-void reduce_scatter_case(failures& f, std::size_t count, std::uint64_t salt) {
+void reduce_scatter_case(failures& f, std::size_t count, std::uint64_t salt, bool in_place) {
   auto& comm = world();
   const auto P = static_cast<std::size_t>(comm.world_size());
+  const std::size_t mine = count * static_cast<std::size_t>(comm.rank());
   auto in = make_input<T>(salt, comm.rank(), count * P, false);
-  std::vector<T> out(count);
-  std::string what = describe("reduce_scatter", Algo::name, count);
+  std::vector<T> separate(count);
+  const std::span<T> out = in_place ? std::span<T>(in).subspan(mine, count) : std::span<T>(separate);
+  std::string what = describe("reduce_scatter", Algo::name, count) + (in_place ? " in-place" : "");
   if (!run(f, what, reduce_scatter<Algo>(comm, in, out, Op{}))) return;
-  if (auto msg = check_reduced<T, Op>(out.data(), count, salt, comm.world_size(),
-                                      count * static_cast<std::size_t>(comm.rank()));
-      !msg.empty())
+  if (auto msg = check_reduced<T, Op>(out.data(), count, salt, comm.world_size(), mine); !msg.empty())
     f.add(what + ": " + msg);
 }
 
@@ -207,7 +219,7 @@ TEST_CASE("all_reduce with every algorithm matches the reference for float, bflo
   all_reduce_matrix<algo::automatic>(f, salt);
 }
 
-TEST_CASE("broadcast, reduce, all_gather, reduce_scatter, all_to_all and barrier match the reference") {
+TEST_CASE("broadcast, reduce, all_gather, reduce_scatter (in and out of place), all_to_all and barrier match the reference") {
   failures f;
   std::uint64_t salt = 5000;
   const int P = world().world_size();
@@ -222,10 +234,12 @@ TEST_CASE("broadcast, reduce, all_gather, reduce_scatter, all_to_all and barrier
       if (!large) reduce_case<algo::tree, bfloat16, op::max_t>(f, count, ++salt, root);
     }
     const std::size_t block = large ? count / 8 : count;  // keep P·n moderate
-    all_gather_case<algo::ring, float>(f, block, ++salt);
-    all_gather_case<algo::recursive_doubling, std::int32_t>(f, block, ++salt);
-    reduce_scatter_case<algo::ring, float, op::sum_t>(f, block, ++salt);
-    reduce_scatter_case<algo::recursive_halving, std::int32_t, op::max_t>(f, block, ++salt);
+    for (bool in_place : {false, true}) {
+      all_gather_case<algo::ring, float>(f, block, ++salt, in_place);
+      all_gather_case<algo::recursive_doubling, std::int32_t>(f, block, ++salt, in_place);
+      reduce_scatter_case<algo::ring, float, op::sum_t>(f, block, ++salt, in_place);
+      reduce_scatter_case<algo::recursive_halving, std::int32_t, op::max_t>(f, block, ++salt, in_place);
+    }
     all_to_all_case<float>(f, block, ++salt);
     run(f, "barrier", barrier(world()));
   }

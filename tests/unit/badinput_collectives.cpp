@@ -99,9 +99,18 @@ TEST_CASE("overlapping input and output are overlapping_buffers and post nothing
   std::vector<float> data(64, 1.0f);
   pdcoll::view<float, pdcoll::memory::host> a(data.data(), 32), b(data.data() + 8, 32);
   CHECK(outcome(pdcoll::all_reduce(w.comm, a, b)) == pdcoll::errc::overlapping_buffers);
-  // all_gather cannot run in place.
-  pdcoll::view<float, pdcoll::memory::host> block(data.data(), 8), all(data.data(), 24);
-  CHECK(outcome(pdcoll::all_gather(w.comm, block, all)) == pdcoll::errc::overlapping_buffers);
+  // all_gather in place takes this rank's block of the output (rank 0: the
+  // first), reduce_scatter in place gives this rank's block of the input;
+  // any other block, or a view across blocks, is refused.
+  using host_view = pdcoll::view<float, pdcoll::memory::host>;
+  const host_view all(data.data(), 24);
+  CHECK(outcome(pdcoll::all_gather(w.comm, host_view(data.data() + 8, 8), all)) == pdcoll::errc::overlapping_buffers);
+  CHECK(outcome(pdcoll::all_gather(w.comm, host_view(data.data() + 4, 8), all)) == pdcoll::errc::overlapping_buffers);
+  CHECK(outcome(pdcoll::reduce_scatter(w.comm, all, host_view(data.data() + 8, 8))) ==
+        pdcoll::errc::overlapping_buffers);
+  CHECK(outcome(pdcoll::reduce_scatter(w.comm, all, host_view(data.data() + 2, 8))) ==
+        pdcoll::errc::overlapping_buffers);
+  CHECK(outcome(pdcoll::all_to_all(w.comm, all, all)) == pdcoll::errc::overlapping_buffers);
   CHECK(w.posts() == 0);
 }
 

@@ -9,9 +9,11 @@
 #include <support/inproc_world.hpp>
 #include <support/reference.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -146,9 +148,11 @@ void reduce_case(communicator& comm, failures& f, std::size_t count, std::uint64
     if (auto msg = check_reduced<T, Op>(out.data(), count, salt, comm.world_size()); !msg.empty()) f.add(what + ": " + msg);
 }
 
+// In place (as ncclAllGather): the input is this rank's block of the output.
 template <class Algo, class T>
-void all_gather_case(communicator& comm, failures& f, std::size_t count, std::uint64_t salt) {
+void all_gather_case(communicator& comm, failures& f, std::size_t count, std::uint64_t salt, bool in_place) {
   const int P = comm.world_size();
+  const std::size_t mine = count * static_cast<std::size_t>(comm.rank());
   auto in = make_input<T>(salt, comm.rank(), count, false);
   std::vector<T> out(count * static_cast<std::size_t>(P)), expected;
   for (int r = 0; r < P; ++r) {
@@ -156,30 +160,37 @@ void all_gather_case(communicator& comm, failures& f, std::size_t count, std::ui
     expected.insert(expected.end(), part.begin(), part.end());
   }
   std::string what = std::string("all_gather ") + Algo::name + " P=" + std::to_string(P) + " n=" + std::to_string(count) +
-                     " rank " + std::to_string(comm.rank());
+                     (in_place ? " in-place" : "") + " rank " + std::to_string(comm.rank());
   try {
-    exec::sync_wait(all_gather<Algo>(comm, in, out));
+    if (in_place) {
+      std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(mine));
+      exec::sync_wait(all_gather<Algo>(comm, std::span<T>(out).subspan(mine, count), out));
+    } else {
+      exec::sync_wait(all_gather<Algo>(comm, in, out));
+    }
   } catch (const std::exception& e) {
     return f.add(what + " threw " + e.what());
   }
   check_equal(f, what, out, expected);
 }
 
+// In place (as ncclReduceScatter): the output is this rank's block of the input.
 template <class Algo, class T, class Op>
-void reduce_scatter_case(communicator& comm, failures& f, std::size_t count, std::uint64_t salt) {
+void reduce_scatter_case(communicator& comm, failures& f, std::size_t count, std::uint64_t salt, bool in_place) {
   const int P = comm.world_size();
+  const std::size_t mine = count * static_cast<std::size_t>(comm.rank());
   auto in = make_input<T>(salt, comm.rank(), count * static_cast<std::size_t>(P), std::is_same_v<Op, op::prod_t>);
-  std::vector<T> out(count);
+  std::vector<T> separate(count);
+  const std::span<T> out = in_place ? std::span<T>(in).subspan(mine, count) : std::span<T>(separate);
   std::string what = std::string("reduce_scatter ") + Algo::name + " P=" + std::to_string(P) +
-                     " n=" + std::to_string(count) + " rank " + std::to_string(comm.rank());
+                     " n=" + std::to_string(count) + (in_place ? " in-place" : "") + " rank " +
+                     std::to_string(comm.rank());
   try {
     exec::sync_wait(reduce_scatter<Algo>(comm, in, out, Op{}));
   } catch (const std::exception& e) {
     return f.add(what + " threw " + e.what());
   }
-  if (auto msg = check_reduced<T, Op>(out.data(), count, salt, P, count * static_cast<std::size_t>(comm.rank()));
-      !msg.empty())
-    f.add(what + ": " + msg);
+  if (auto msg = check_reduced<T, Op>(out.data(), count, salt, P, mine); !msg.empty()) f.add(what + ": " + msg);
 }
 
 template <class T>
@@ -226,7 +237,7 @@ TEST_CASE("all_reduce matches the reference for every algorithm, type, op and wo
   }
 }
 
-TEST_CASE("broadcast, reduce, all_gather, reduce_scatter, all_to_all and barrier match the reference on 1..8 ranks") {
+TEST_CASE("broadcast, reduce, all_gather, reduce_scatter (in and out of place), all_to_all and barrier match the reference on 1..8 ranks") {
   for (int world = 1; world <= 8; ++world) {
     CAPTURE(world);
     run_world(world, [](communicator& comm, failures& f) {
@@ -243,12 +254,14 @@ TEST_CASE("broadcast, reduce, all_gather, reduce_scatter, all_to_all and barrier
           reduce_case<algo::tree, bfloat16, op::avg_t>(comm, f, count, ++salt, root);
         }
         const std::size_t block = count == large_count ? count / 8 : count;  // keep P·n moderate
-        all_gather_case<algo::ring, float>(comm, f, block, ++salt);
-        all_gather_case<algo::recursive_doubling, std::uint8_t>(comm, f, block, ++salt);
-        reduce_scatter_case<algo::ring, float, op::sum_t>(comm, f, block, ++salt);
-        reduce_scatter_case<algo::ring, std::uint32_t, op::prod_t>(comm, f, block, ++salt);
-        reduce_scatter_case<algo::recursive_halving, double, op::sum_t>(comm, f, block, ++salt);
-        reduce_scatter_case<algo::recursive_halving, std::int8_t, op::max_t>(comm, f, block, ++salt);
+        for (bool in_place : {false, true}) {
+          all_gather_case<algo::ring, float>(comm, f, block, ++salt, in_place);
+          all_gather_case<algo::recursive_doubling, std::uint8_t>(comm, f, block, ++salt, in_place);
+          reduce_scatter_case<algo::ring, float, op::sum_t>(comm, f, block, ++salt, in_place);
+          reduce_scatter_case<algo::ring, std::uint32_t, op::prod_t>(comm, f, block, ++salt, in_place);
+          reduce_scatter_case<algo::recursive_halving, double, op::sum_t>(comm, f, block, ++salt, in_place);
+          reduce_scatter_case<algo::recursive_halving, std::int8_t, op::max_t>(comm, f, block, ++salt, in_place);
+        }
         all_to_all_case<double>(comm, f, block, ++salt);
         all_to_all_case<std::uint8_t>(comm, f, block == 0 ? 0 : block + 3, ++salt);
         try {

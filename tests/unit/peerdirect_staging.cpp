@@ -89,6 +89,50 @@ TEST_CASE("forced host staging pipelines chunks and matches the direct path for 
   CHECK(dev.counters().device_to_host_bytes == static_cast<std::uint64_t>(P) * (n + n * P) * sizeof(float));
 }
 
+TEST_CASE("in-place all_gather and reduce_scatter on device memory are right, staged and direct") {
+  REQUIRE(small_chunks);
+  device dev(std::size_t{32} << 20);
+  const int P = 3;
+  const std::size_t n = 5'003;  // 20 KiB blocks: several staged chunks
+  for (bool staged : {true, false}) {
+    CAPTURE(staged);
+    std::atomic<int> wrong{0};
+    pdcoll::communicator_options options;
+    options.force_host_staging = staged;
+    pdcoll::testing::run_inproc(
+        P,
+        [&](pdcoll::communicator& comm) {
+          const int r = comm.rank();
+          const std::size_t total = n * static_cast<std::size_t>(P), mine = n * static_cast<std::size_t>(r);
+          auto value = [](int rank, std::size_t i) { return static_cast<float>(rank * 7 + static_cast<int>(i % 11)); };
+          std::vector<float> host(total);
+          for (std::size_t i = 0; i < n; ++i) host[mine + i] = value(r, i);
+          auto g = dev.allocate<float>(total);
+          dev.copy_from_host(std::span<const float>(host), g.view());
+          auto deadline = pdcoll::exec::with_deadline(std::chrono::seconds(30));
+          // all_gather: the input is this rank's block of the output.
+          pdcoll::exec::sync_wait(pdcoll::all_gather(comm, g.view().subview(mine, n), g.view()) | deadline);
+          dev.copy_to_host(g.const_view(), std::span<float>(host));
+          for (int b = 0; b < P; ++b)
+            for (std::size_t i = 0; i < n; ++i) wrong += host[static_cast<std::size_t>(b) * n + i] != value(b, i);
+          // reduce_scatter: the output is this rank's block of the input (every block holds value(r, ·) + b).
+          for (std::size_t i = 0; i < total; ++i) host[i] = value(r, i % n) + static_cast<float>(i / n);
+          dev.copy_from_host(std::span<const float>(host), g.view());
+          pdcoll::exec::sync_wait(pdcoll::reduce_scatter(comm, g.view(), g.view().subview(mine, n)) | deadline);
+          dev.copy_to_host(g.const_view().subview(mine, n), std::span<float>(host).subspan(0, n));
+          for (std::size_t i = 0; i < n; ++i) {
+            float expected = 0;
+            for (int q = 0; q < P; ++q) expected += value(q, i) + static_cast<float>(r);
+            wrong += host[i] != expected;
+          }
+          const auto paths = comm.data_path_statistics();
+          CHECK((staged ? paths.staged_operations : paths.direct_operations) == 2);
+        },
+        options);
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("a staged collective with count zero completes without copying") {
   device dev(std::size_t{1} << 20);
   pdcoll::communicator_options options;
