@@ -211,8 +211,10 @@ class runner {
     pdcoll::bench::set_bandwidth(m, l.bytes, opt_.collective, world_);
 
     if (opt_.check) {
+      // Stale values everywhere the result goes (in place too: the timed runs
+      // left right answers in the other blocks), then the input.
+      out.write(0, input_of(rank_, salt ^ 0x5eed, in_place ? std::max(l.in_count, l.out_count) : l.out_count));
       in.write(in_at, input_of(rank_, salt, l.in_count));
-      if (!in_place) out.write(0, input_of(rank_, salt ^ 0x5eed, l.out_count));  // stale values must be overwritten
       run_once(vin, vout);
       auto result = out.read();
       result.erase(result.begin(), result.begin() + static_cast<std::ptrdiff_t>(out_at));

@@ -271,7 +271,8 @@ def ceilings(path):
                 streams[(int(r["ranks"]), r["method"], int(r["write_bytes"]))].append(float(r["GBps"]))
     figures = defaultdict(dict)
     for (n, method, length), rates in streams.items():
-        figures[n][(method, length)] = sum(rates) / len(rates)
+        if sum(rates) > 0:  # a run in which nothing moved bounds nothing
+            figures[n][(method, length)] = sum(rates) / len(rates)
     return {n: (max(f, key=f.get), f) for n, f in figures.items()}
 
 
@@ -284,7 +285,8 @@ def exchange_ceilings(path):
                 streams[(int(r["ranks"]), int(r["buffer_bytes"]))].append(float(r["GBps"]))
     figures = defaultdict(dict)
     for (n, size), rates in streams.items():
-        figures[n][size] = sum(rates) / len(rates)
+        if sum(rates) > 0:  # a run in which nothing moved bounds nothing
+            figures[n][size] = sum(rates) / len(rates)
     return figures
 
 

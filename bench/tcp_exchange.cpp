@@ -124,7 +124,7 @@ void run_rank(int rank, int ranks, const std::vector<int>& listeners, const std:
   const auto end = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   std::size_t received = 0, in_at = 0, out_at = 0;
   bool sending = true;
-  clock_type::time_point first{};
+  clock_type::time_point first{}, last{};
   for (;;) {
     if (sending && clock_type::now() >= end) {
       ::shutdown(right, SHUT_WR);
@@ -144,8 +144,9 @@ void run_rank(int rank, int ranks, const std::vector<int>& listeners, const std:
       const ssize_t k = ::recv(left, in.data() + in_at, std::min(chunk_bytes, buffer_bytes - in_at), 0);
       if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       if (k < 0) fail("recv");
+      last = clock_type::now();
       if (k == 0) break;  // the left neighbour's end of stream
-      if (received == 0) first = clock_type::now();
+      if (received == 0) first = last;
       received += static_cast<std::size_t>(k);
       in_at = (in_at + static_cast<std::size_t>(k)) % buffer_bytes;
     }
@@ -163,7 +164,10 @@ void run_rank(int rank, int ranks, const std::vector<int>& listeners, const std:
       else if (k < 0 && errno != EAGAIN && errno != EINTR) break;
     }
   }
-  const double elapsed = std::chrono::duration<double>(clock_type::now() - first).count();
+  // From the first byte to the left neighbour's end of stream: ranks start
+  // their clocks at slightly different times.
+  if (received == 0) throw std::runtime_error("nothing arrived from the left neighbour");
+  const double elapsed = std::chrono::duration<double>(last - first).count();
   char row[160];
   const int len = std::snprintf(row, sizeof row, "%d,%zu,%zu,%.3f,%.4f\n", rank, buffer_bytes, chunk_bytes, elapsed,
                                 elapsed > 0 ? static_cast<double>(received) / elapsed / 1e9 : 0.0);
@@ -231,7 +235,10 @@ int main(int argc, char** argv) {
     for (;;) {
       const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
       pollfd p{report[0], POLLIN, 0};
-      if (left_ms <= 0 || ::poll(&p, 1, static_cast<int>(left_ms)) == 0) {
+      const int ready = left_ms <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left_ms));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) fail("poll");
+      if (ready == 0) {
         for (pid_t c : children) ::kill(c, SIGKILL);
         std::fprintf(stderr, "tcp_exchange: the ranks did not finish within %.0f s\n", seconds + 30);
         break;

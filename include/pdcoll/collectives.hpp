@@ -225,12 +225,12 @@ collective_spec make_spec(const communicator& comm, collective_kind kind, const 
     s.invalid = make_error_code(errc::null_buffer);
   } else if (in.size() < in_elems || out.size() < out_elems) {
     s.invalid = make_error_code(errc::buffer_too_small);
-  } else if (in_elems && out_elems && overlaps_wrongly(s.input, s.output, in_place, comm.rank(), count * sizeof(T))) {
-    s.invalid = make_error_code(errc::overlapping_buffers);
   }
-  // The engine moves exactly what the collective needs.
+  // The engine moves exactly what the collective needs, so only that can overlap.
   s.input.region.length = in_elems * sizeof(T);
   s.output.region.length = out_elems * sizeof(T);
+  if (!s.invalid && overlaps_wrongly(s.input, s.output, in_place, comm.rank(), count * sizeof(T)))
+    s.invalid = make_error_code(errc::overlapping_buffers);
   return s;
 }
 

@@ -498,7 +498,11 @@ class collective_op_base : public collective_context, public operation_base {
     if (staged_) return;
     working_domain_ = spec_.input.domain;
     input = bind(spec_.input.region, input_lease_);
-    if (spec_.output.region.address == spec_.input.region.address) {
+    // The same region only: in-place all_gather on rank 0 starts its input
+    // (one block) where its output (every block) starts, and an in-place
+    // broadcast's non-root sends nothing (an empty input) where it receives.
+    if (spec_.output.region.address == spec_.input.region.address &&
+        spec_.output.region.length == spec_.input.region.length) {
       output = input;
     } else {
       output = bind(spec_.output.region, output_lease_);

@@ -277,6 +277,10 @@ class transfer_batch {
   void add(bool receive, int peer, const buffer_desc& buf, std::size_t offset, std::size_t bytes,
            std::uint32_t index) {
     if (posted_) throw std::logic_error("pdcoll: transfer added to a batch after it was posted");
+    // Its registration covers buf alone; an algorithm that reached past it
+    // would hand the provider memory the descriptor does not cover.
+    if (offset > buf.bytes || bytes > buf.bytes - offset)
+      throw std::logic_error("pdcoll: transfer outside its buffer");
     auto& t = transfers_.emplace_back();
     t.on_complete = &on_transfer_complete;
     t.batch = this;
