@@ -14,12 +14,6 @@ if(CLI11_FOUND AND NOT TARGET pdcoll-bench)  # tests/multiproc/bench.cmake may h
 elseif(NOT CLI11_FOUND)
   message(STATUS "pdcoll: CLI11 not found (libcli11-dev); pdcoll-bench is not built")
 endif()
-# tcp_exchange (bench/tcp_exchange.cpp): the TCP loopback ceiling per message
-# size, for bench/tcp_ceiling.py measure --exchange.
-if(CLI11_FOUND AND NOT TARGET tcp_exchange)
-  add_executable(tcp_exchange ${CMAKE_CURRENT_LIST_DIR}/tcp_exchange.cpp)
-  target_link_libraries(tcp_exchange PRIVATE CLI11::CLI11 Threads::Threads)
-endif()
 
 find_package(benchmark QUIET)
 if(benchmark_FOUND)

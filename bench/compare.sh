@@ -5,9 +5,7 @@
 #   Open MPI    shared memory (btl self,vader), TCP loopback (btl self,tcp, lo)
 #   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
 #   tcp-ceiling the TCP loopback ceiling: n concurrent iperf3 streams for n ranks
-#               (bench/tcp_ceiling.py; skipped with a note if iperf3 is missing),
-#               and from 16 MiB up, size by size, a ring of n bench/tcp_exchange
-#               processes moving a ring all-reduce's bytes with nothing reduced
+#               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing
 # with ranks bound to a core each where there are enough cores (pdcoll-run's
 # default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by
 # default), plus an 8-byte latency row per library (the mean of 2000
@@ -31,7 +29,7 @@
 # resolve) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
-# --ceiling-seconds N (3, per iperf3 run and exchange size; 0 skips both) --rounds N (1:
+# --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling) --rounds N (1:
 # every library's runs repeated N times, interleaved, each round starting
 # with the next library, and each size reported from the round with the
 # median time, so a burst of load from elsewhere on a shared machine spoils
@@ -59,14 +57,14 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 if ((do_build)); then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_exchange
+  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench
 fi
 bin=$build/bench
 for p in pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench; do
@@ -125,21 +123,13 @@ sizes() {  # sizes small|large|latency: sets args to the size options
 }
 
 # The ceiling first, while nothing else of ours loads the machine. It writes
-# $ceiling only when some iperf3 or tcp_exchange run gave figures, and never
-# fails the sweep.
+# $ceiling only when some iperf3 run gave figures, and never fails the sweep.
 ceiling=$out/tcp_ceiling.csv
 rm -f "$ceiling"
-exchange_sizes=""  # the sweep's sizes from 16 MiB up (see bench/tcp_ceiling.py: a bound only out of cache)
-for ((b = $(bytes_of "$min"); b <= $(bytes_of "$max"); b *= factor)); do
-  ((b >= 16 << 20)) && exchange_sizes+="$b "
-  ((factor > 1)) || break
-done
 if ((ceiling_seconds > 0)); then
-  echo "== tcp-ceiling: iperf3 on 127.0.0.1, ranks $ranks, -l $ceiling_lengths, ${ceiling_seconds}s each;" \
-    "tcp_exchange at ${exchange_sizes:-no size}" | tee -a "$log"
+  echo "== tcp-ceiling: iperf3 on 127.0.0.1, ranks $ranks, -l $ceiling_lengths, ${ceiling_seconds}s each" | tee -a "$log"
   timeout "$timeout_s" python3 bench/tcp_ceiling.py measure --ranks "$ranks" --lengths "$ceiling_lengths" \
-    --seconds "$ceiling_seconds" --out "$ceiling" \
-    ${exchange_sizes:+--exchange "$bin/tcp_exchange" --exchange-sizes "$exchange_sizes"} 2>&1 | tee -a "$log" ||
+    --seconds "$ceiling_seconds" --out "$ceiling" 2>&1 | tee -a "$log" ||
     echo "compare.sh: the TCP ceiling measurement failed (see $log); going on without it" | tee -a "$log" >&2
 fi
 

@@ -20,31 +20,11 @@ measure  For each rank count n and write size (-l), runs n TCP streams on
          processes; bench/results has pdcoll at 2 GB/s busbw for 256 MiB on
          2 ranks). The ceiling is the best of both. Without iperf3 it says so and writes
          nothing; it never fails the caller.
-         With --exchange BIN (build-bench/bench/tcp_exchange), also for each
-         size of --exchange-sizes:
-           exchange  n processes in a ring, each sending to its right
-                     neighbour while it receives from its left, out of and
-                     into buffers of that size (bench/tcp_exchange.cpp): the
-                     traffic of a ring all-reduce of that size with nothing
-                     reduced and nothing waited for, one row per rank with
-                     buffer_bytes. iperf3's one small buffer stays in cache;
-                     once these outgrow it, the copies run from memory as a
-                     collective's do, and this is the ceiling size by size.
-                     Below that it is no bound: a collective's messages fit
-                     in the socket buffers and its sender never waits for
-                     the receiver to drain them, as a continuous stream does
-                     (on the 2-core development VM Open MPI's 2-rank 1 MiB
-                     all-reduce reached 1.3-1.6x this exchange's 1 MiB
-                     rate), so bench/compare.sh measures it from 16 MiB up.
 rows     The ceiling as bench_report CSV rows (library "tcp-ceiling", transport
          tcp) at every size the TCP runs of the inputs have, so that
          bench/plot.py draws it as a flat reference line on each rank panel.
 table    Markdown: per rank count, each pdcoll TCP series' busbw (and the best
-         baseline's) over the ceiling, size by size; where an exchange
-         figure exists, also over the exchange at that size, with what the
-         bar (1.25x the best baseline) asks for as a fraction of it: above
-         1.00 the bar asks for more than the loopback carries with no
-         reduction at all.
+         baseline's) over the ceiling, size by size.
 
 Why busbw against one stream's rate. A ring all-reduce of S bytes on n ranks
 runs n-1 reduce-scatter steps and n-1 all-gather steps; in each step every rank
@@ -83,12 +63,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot import best, load, series_name, size_label, transport_class  # noqa: E402
 
 library = "tcp-ceiling"
-measured_columns = ["ranks", "method", "write_bytes", "seconds", "stream", "GBps", "buffer_bytes"]
+measured_columns = ["ranks", "method", "write_bytes", "seconds", "stream", "GBps"]
 report_columns = ["library", "transport", "algorithm", "collective", "domain", "ranks", "type", "redop", "root",
                   "placement", "bytes", "count", "time_us", "algbw_GBps", "busbw_GBps", "wrong", "timing"]
 methods = ("bidir", "separate")
-exchange_method = "exchange"
-bar = 1.25  # issue #7: pdcoll's busbw at least 1.25x the best baseline's
 ready_timeout_s = 5
 port_attempts = 3
 
@@ -192,54 +170,17 @@ def run_streams(iperf3, options, length, seconds):
             stop(procs)
 
 
-def run_exchange(binary, n, size, seconds):
-    """One tcp_exchange ring of n ranks with buffers of `size`; returns [(rank, chunk bytes, buffer bytes, GB/s)]."""
-    try:
-        p = subprocess.run([binary, "-n", str(n), "-s", size, "-t", str(seconds)], capture_output=True, text=True,
-                           timeout=seconds + 60, preexec_fn=die_with_parent)
-    except subprocess.TimeoutExpired:
-        raise measurement_failed(f"tcp_exchange ran more than {seconds + 60} s")
-    if p.returncode != 0:
-        raise measurement_failed(f"tcp_exchange exited {p.returncode}: {p.stderr.strip()}")
-    got = [(int(r["rank"]), int(r["chunk_bytes"]), int(r["buffer_bytes"]), float(r["GBps"]))
-           for r in csv.DictReader(p.stdout.splitlines())]
-    if len(got) != n:
-        raise measurement_failed(f"tcp_exchange reported {len(got)} of {n} ranks")
-    return got
-
-
-def measure_exchange(a, n):
-    """The exchange rows for n ranks, one per rank and size of --exchange-sizes."""
-    rows = []
-    for size in a.exchange_sizes.split():
-        try:
-            got = run_exchange(a.exchange, n, size, a.seconds)
-        except measurement_failed as e:
-            print(f"tcp_ceiling: {n} ranks, exchange {size}: {e}; left out")
-            continue
-        rows += [[n, exchange_method, chunk, a.seconds, f"rank{r}", f"{g:.4f}", buf] for r, chunk, buf, g in got]
-        print(f"tcp_ceiling: {n} ranks, exchange (ring of tcp_exchange processes), buffers of {size}: "
-              f"{sum(g for *_, g in got) / n:.3f} GB/s per stream ({', '.join(f'{g:.3f}' for *_, g in got)})")
-    return rows
-
-
 def measure(a):
     """The measure command: every rank count, write size and method, one row per stream."""
     iperf3 = shutil.which("iperf3")
-    exchange = a.exchange and os.access(a.exchange, os.X_OK)
-    if a.exchange and not exchange:
-        print(f"tcp_ceiling: {a.exchange} is not an executable (build tcp_exchange); no exchange ceiling this run")
     if not iperf3:
-        print("tcp_ceiling: iperf3 is not installed (scripts/install-deps.sh --bench); no iperf3 ceiling this run")
-        if not exchange:
-            return 0
+        print("tcp_ceiling: iperf3 is not installed (scripts/install-deps.sh --bench); no TCP ceiling this run")
+        return 0
     rows = []
     for n in (int(r) for r in a.ranks.split()):
         if n < 2:
             continue
-        if exchange:
-            rows += measure_exchange(a, n)
-        for length in (a.lengths.split() if iperf3 else []):
+        for length in a.lengths.split():
             for method in methods:
                 options = client_options(method, n)
                 try:
@@ -247,8 +188,7 @@ def measure(a):
                 except measurement_failed as e:
                     print(f"tcp_ceiling: {n} ranks, {method}, -l {length}: {e}; left out")
                     continue
-                rows += [[n, method, write_bytes, a.seconds, s, f"{g:.4f}", write_bytes]
-                         for s, g in sorted(rates.items())]
+                rows += [[n, method, write_bytes, a.seconds, s, f"{g:.4f}"] for s, g in sorted(rates.items())]
                 each = ", ".join(f"{s} {g:.3f}" for s, g in sorted(rates.items()))
                 print(f"tcp_ceiling: {n} ranks, {method} ({len(options)} iperf3 client/server pair{'s' if len(options) > 1 else ''}), "
                       f"-l {length}: {sum(rates.values()) / len(rates):.3f} GB/s per stream ({each})")
@@ -258,36 +198,20 @@ def measure(a):
             w.writerow(measured_columns)
             w.writerows(rows)
     else:
-        print("tcp_ceiling: no run gave figures; no TCP ceiling this run")
+        print("tcp_ceiling: no iperf3 run gave figures; no TCP ceiling this run")
     return 0
 
 
 def ceilings(path):
-    """{ranks: ((method, write bytes) of the best, {(method, write bytes): mean GB/s per stream})}: the iperf3 runs."""
+    """{ranks: ((method, write bytes) of the best, {(method, write bytes): mean GB/s per stream})}."""
     streams = defaultdict(list)
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            if r["method"] != exchange_method:
-                streams[(int(r["ranks"]), r["method"], int(r["write_bytes"]))].append(float(r["GBps"]))
+            streams[(int(r["ranks"]), r["method"], int(r["write_bytes"]))].append(float(r["GBps"]))
     figures = defaultdict(dict)
     for (n, method, length), rates in streams.items():
-        if sum(rates) > 0:  # a run in which nothing moved bounds nothing
-            figures[n][(method, length)] = sum(rates) / len(rates)
+        figures[n][(method, length)] = sum(rates) / len(rates)
     return {n: (max(f, key=f.get), f) for n, f in figures.items()}
-
-
-def exchange_ceilings(path):
-    """{ranks: {buffer bytes: mean GB/s per stream}}: the tcp_exchange runs (none in files from before them)."""
-    streams = defaultdict(list)
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["method"] == exchange_method:
-                streams[(int(r["ranks"]), int(r["buffer_bytes"]))].append(float(r["GBps"]))
-    figures = defaultdict(dict)
-    for (n, size), rates in streams.items():
-        if sum(rates) > 0:  # a run in which nothing moved bounds nothing
-            figures[n][size] = sum(rates) / len(rates)
-    return figures
 
 
 def ceiling_name(ranks, method, length):
@@ -295,17 +219,8 @@ def ceiling_name(ranks, method, length):
     return f"iperf3 {method} {ranks} streams -l {size_label(length)}"
 
 
-def ring_row(n, series, size, gbps, timing):
-    """A bench_report row for a ring all-reduce of `size` on n ranks with every rank sending at gbps."""
-    time_us = 2 * (n - 1) / n * size / (gbps * 1e9) * 1e6
-    algbw = size / (time_us * 1e-6) / 1e9
-    return [library, "tcp", series, "all_reduce", "host", n, "float32", "sum", -1, "in_place", size, size // 4,
-            f"{time_us:.3f}", f"{algbw:.6f}", f"{gbps:.6f}", 0, timing]
-
-
 def rows(a):
-    """Writes the iperf3 ceiling as a flat series at every TCP size the inputs have, per rank count, and the
-    exchange ceiling at the sizes it was measured at."""
+    """Writes the ceiling as a flat series at every TCP size the inputs have, per rank count."""
     tcp_sizes = defaultdict(set)
     for r in load(a.inputs):
         if transport_class(r) == "tcp" and r["bytes"] > 8:
@@ -314,10 +229,13 @@ def rows(a):
         w = csv.writer(f)
         w.writerow(report_columns)
         for n, (top, figures) in sorted(ceilings(a.measured).items()):
-            w.writerows(ring_row(n, ceiling_name(n, *top), size, figures[top], "iperf3") for size in sorted(tcp_sizes[n]))
-        for n, by_size in sorted(exchange_ceilings(a.measured).items()):
-            w.writerows(ring_row(n, f"exchange {n} ranks, buffers of the size", size, gbps, "tcp_exchange")
-                        for size, gbps in sorted(by_size.items()))
+            gbps = figures[top]
+            for size in sorted(tcp_sizes[n]):
+                # The time a ring all-reduce of `size` would take with every rank sending at the ceiling.
+                time_us = 2 * (n - 1) / n * size / (gbps * 1e9) * 1e6
+                algbw = size / (time_us * 1e-6) / 1e9
+                w.writerow([library, "tcp", ceiling_name(n, *top), "all_reduce", "host", n, "float32", "sum", -1,
+                            "in_place", size, size // 4, f"{time_us:.3f}", f"{algbw:.6f}", f"{gbps:.6f}", 0, "iperf3"])
     return 0
 
 
@@ -327,7 +245,7 @@ def ratio_cell(busbw, ceiling):
 
 
 def ceiling_section(rows_, n, ceiling, cores):
-    """The markdown section for n ranks: each pdcoll TCP series and the best baseline over the iperf3 ceiling."""
+    """The markdown section for n ranks: each pdcoll TCP series and the best baseline over the ceiling."""
     top, figures = ceiling
     gbps = figures[top]
     tcp = [r for r in rows_ if r["ranks"] == n and transport_class(r) == "tcp" and r["library"] != library]
@@ -353,41 +271,12 @@ def ceiling_section(rows_, n, ceiling, cores):
     return lines + [""]
 
 
-def exchange_section(rows_, n, by_size, cores):
-    """The markdown section for n ranks against the exchange ceiling, at the sizes it was measured at: the best
-    pdcoll series, the best baseline, and what the bar asks for, each over the exchange's rate at that size."""
-    tcp = [r for r in rows_ if r["ranks"] == n and transport_class(r) == "tcp" and r["library"] != library]
-    mine = best(tcp, lambda r: r["library"] == "pdcoll")
-    base = best(tcp, lambda r: r["library"] != "pdcoll")
-    note = f" — OVERSUBSCRIBED ({n} ranks on {cores} cores; so were the exchange's)" if n > cores else ""
-    lines = [f"## {n} ranks, TCP loopback: busbw / the exchange of the same size{note}", "",
-             f"Exchange: {n} `bench/tcp_exchange` processes in a ring, each sending to its right neighbour while it "
-             f"receives from its left, out of and into buffers of the size, bound as the libraries' ranks are: a "
-             f"ring all-reduce's traffic with nothing reduced and nothing waited for. Bar: {bar}x the best "
-             f"baseline; over 1.00 it asks for more than this exchange carries. Measured once, on a machine "
-             f"that may be shared.", "",
-             "| size | exchange GB/s per stream | best pdcoll GB/s | / exchange | best baseline GB/s | / exchange "
-             f"| bar ({bar}x baseline) / exchange |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    measured = [(size, gbps) for size, gbps in sorted(by_size.items()) if size in mine or size in base]
-    if not measured:
-        return []
-    for size, gbps in measured:
-        m = ratio_cell(mine[size][0], gbps) if size in mine else "— | —"
-        b = ratio_cell(base[size][0], gbps) if size in base else "— | —"
-        need = f"{bar * base[size][0] / gbps:.2f}" if size in base else "—"
-        lines.append(f"| {size_label(size)} | {gbps:.3f} | {m} | {b} | {need} |")
-    return lines + [""]
-
-
 def table(a):
-    """The table command: markdown sections per measured rank count, on stdout."""
+    """The table command: one markdown section per measured rank count, on stdout."""
     rows_ = load(a.inputs)
     lines = ["# TCP loopback ceiling (ratio = busbw / one loopback stream's rate; see bench/tcp_ceiling.py)", ""]
     for n, ceiling in sorted(ceilings(a.measured).items()):
         lines += ceiling_section(rows_, n, ceiling, a.cores)
-    for n, by_size in sorted(exchange_ceilings(a.measured).items()):
-        lines += exchange_section(rows_, n, by_size, a.cores)
     print("\n".join(lines))
     return 0
 
@@ -406,9 +295,7 @@ def main():
     m = sub.add_parser("measure", help="run concurrent iperf3 streams on 127.0.0.1")
     m.add_argument("--ranks", default="2 4", help="rank counts, space separated")
     m.add_argument("--lengths", default="16K 128K 1M", help="iperf3 -l write sizes, space separated")
-    m.add_argument("--seconds", type=int, default=3, help="seconds per iperf3 write size and per exchange size")
-    m.add_argument("--exchange", default="", help="path of tcp_exchange (bench/tcp_exchange.cpp); empty: no exchange")
-    m.add_argument("--exchange-sizes", default="16M 64M 256M", help="exchange buffer sizes, space separated")
+    m.add_argument("--seconds", type=int, default=3, help="iperf3 -t per write size")
     m.add_argument("--out", required=True)
     for name, helptext in (("rows", "the ceiling as bench_report CSV rows"), ("table", "the markdown ratios")):
         p = sub.add_parser(name, help=helptext)
