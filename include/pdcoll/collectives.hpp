@@ -254,7 +254,8 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, Op = {}) {
   using T = detail::element_of<decltype(vout)>;
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_reduce: input and output differ in type or domain");
   static_assert(is_supported_v<T, Op>, "all_reduce: this op is not defined for this element type");
-  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), detail::in_place_form::same_buffer);
+  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(),
+                             detail::in_place_form::same_buffer);
   s.red = &detail::reduction_for<T, Op>;
   s.algorithm = [](detail::collective_context& ctx) -> detail::collective_task {
     auto ec = co_await Algo::all_reduce(ctx);
@@ -285,7 +286,8 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
     if constexpr (is_supported_v<T, decltype(o)>) {
       return all_reduce<Algo>(comm, vin, vout, o);
     } else {
-      auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), detail::in_place_form::same_buffer);
+      auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(),
+                             detail::in_place_form::same_buffer);
       s.invalid = make_error_code(errc::unsupported_op);
       return collective_sender(comm, std::move(s));
     }
@@ -298,7 +300,8 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
     case reduction::avg: return with(op::avg);
     default: break;
   }
-  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(), detail::in_place_form::same_buffer);
+  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(),
+                             detail::in_place_form::same_buffer);
   s.invalid = make_error_code(errc::unsupported_op);
   return collective_sender(comm, std::move(s));
 }
@@ -378,9 +381,8 @@ collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
 /// Reduce-scatter: `in` holds P blocks of n = out.size() elements; rank r
 /// receives block r combined over all ranks with `op`. In place, as
 /// ncclReduceScatter: `out` is this rank's block of `in`,
-/// `in.subspan(rank * n, n)` (the rest of `in` keeps its values); any other
-/// overlap is errc::overlapping_buffers. Algo: algo::ring or
-/// algo::recursive_halving.
+/// `in.subspan(rank * n, n)`; any other overlap is errc::overlapping_buffers.
+/// Algo: algo::ring or algo::recursive_halving.
 template <class Algo = algo::ring, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
   requires(!detail::buffer_argument<Op>)
 collective_sender reduce_scatter(communicator& comm, In&& in, Out&& out, Op = {}) {
@@ -412,7 +414,8 @@ collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
   static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_to_all: input and output differ");
   const auto P = static_cast<std::size_t>(comm.world_size());
   const std::size_t n = vin.size() / P;
-  auto s = detail::make_spec(comm, collective_kind::all_to_all, vin, vout, n, n * P, n * P, detail::in_place_form::none);
+  auto s =
+      detail::make_spec(comm, collective_kind::all_to_all, vin, vout, n, n * P, n * P, detail::in_place_form::none);
   if (!s.invalid && vin.size() % P != 0) s.invalid = make_error_code(errc::invalid_argument);
   s.red = &detail::plain_table_for<T>;
   s.algorithm = &Algo::all_to_all;

@@ -219,7 +219,8 @@ TEST_CASE("all_reduce with every algorithm matches the reference for float, bflo
   all_reduce_matrix<algo::automatic>(f, salt);
 }
 
-TEST_CASE("broadcast, reduce, all_gather, reduce_scatter (in and out of place), all_to_all and barrier match the reference") {
+TEST_CASE(
+    "broadcast, reduce, all_gather, reduce_scatter (in and out of place), all_to_all and barrier match the reference") {
   failures f;
   std::uint64_t salt = 5000;
   const int P = world().world_size();

@@ -237,7 +237,9 @@ TEST_CASE("all_reduce matches the reference for every algorithm, type, op and wo
   }
 }
 
-TEST_CASE("broadcast, reduce, all_gather, reduce_scatter (in and out of place), all_to_all and barrier match the reference on 1..8 ranks") {
+TEST_CASE(
+    "broadcast, reduce, all_gather, reduce_scatter (in and out of place), all_to_all and barrier match the reference "
+    "on 1..8 ranks") {
   for (int world = 1; world <= 8; ++world) {
     CAPTURE(world);
     run_world(world, [](communicator& comm, failures& f) {
