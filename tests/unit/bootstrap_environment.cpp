@@ -1,8 +1,11 @@
 // Rank discovery from launcher environments (bootstrap/launch_info.hpp).
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "pdcoll/bootstrap/launch_info.hpp"
 
@@ -73,11 +76,109 @@ TEST_CASE("Open MPI, PMI and Slurm variables are each understood") {
   CHECK(pmi.local_rank == -1);
   CHECK(pmi.local_size == -1);
 
-  auto slurm = from_environment({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "0"},
-                                 {"PDCOLL_ROOT", "n1:9"}});
+  auto slurm = from_environment({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "16"}, {"SLURM_NTASKS", "16"},
+                                 {"SLURM_LOCALID", "0"}, {"SLURM_STEP_ID", "0"}, {"PDCOLL_ROOT", "n1:9"}});
   CHECK(slurm.launcher == "slurm");
   CHECK(slurm.world_size == 16);
   CHECK(slurm.local_rank == 0);
+  CHECK(slurm.root_host == "n1");  // PDCOLL_ROOT wins over the step's first node
+  CHECK_FALSE(slurm.root_listens_everywhere);
+}
+
+TEST_CASE("a Slurm node list's first host is the one srun starts task 0 on") {
+  using pdcoll::bootstrap::first_slurm_host;
+  CHECK(first_slurm_host("vm") == "vm");
+  CHECK(first_slurm_host("n1,n2") == "n1");
+  CHECK(first_slurm_host("gpu[07-10,12],cpu3") == "gpu07");
+  CHECK(first_slurm_host("gpu[12,07-10]") == "gpu12");  // srun's order, not sorted again
+  CHECK(first_slurm_host("rack[1-2]-n[01-08]") == "rack1-n01");
+  CHECK(first_slurm_host("node[003]-ib") == "node003-ib");
+  CHECK(first_slurm_host("").empty());
+  CHECK(first_slurm_host("gpu[07-10").empty());
+}
+
+TEST_CASE("srun alone: the root is the step's first node on a port from the job and step IDs") {
+  using pdcoll::bootstrap::slurm_rendezvous_port;
+  const environment_map task{{"SLURM_PROCID", "3"},        {"SLURM_STEP_NUM_TASKS", "8"},
+                             {"SLURM_NTASKS", "8"},        {"SLURM_LOCALID", "1"},
+                             {"SLURM_JOB_ID", "123456"},   {"SLURM_STEP_ID", "2"},
+                             {"SLURM_STEP_NODELIST", "a100-[03-04],b7"}};
+  auto info = from_environment(task);
+  CHECK(info.launcher == "slurm");
+  CHECK(info.rank == 3);
+  CHECK(info.world_size == 8);
+  CHECK(info.root_host == "a100-03");
+  CHECK(info.root_port == slurm_rendezvous_port(123456, 2));
+  CHECK(info.root_port == 20000 + (123456 % 12768 * 797 + 2) % 12768);
+  CHECK(info.root_listens_everywhere);  // the node name may resolve to 127.0.1.1 on the node itself
+  CHECK(info.token == "slurm:123456.2");  // another step that lands on this port is refused, not joined
+
+  // Ports stay in [20000, 32768); a job's steps, and the same step of nearby jobs, get different ones.
+  for (std::uint64_t job : {0ull, 1ull, 797ull, 4294967295ull})
+    for (std::uint64_t step : {0ull, 1ull, 15ull, 4294967294ull}) {
+      const auto port = slurm_rendezvous_port(job, step);
+      CHECK(port >= 20000);
+      CHECK(port < 32768);
+    }
+  CHECK(slurm_rendezvous_port(7, 0) != slurm_rendezvous_port(7, 1));
+  CHECK(slurm_rendezvous_port(7, 16) != slurm_rendezvous_port(8, 0));
+  for (std::uint64_t job = 1000; job < 1100; ++job) CHECK(slurm_rendezvous_port(job, 0) != slurm_rendezvous_port(job + 1, 0));
+
+  auto with = [&](std::initializer_list<std::pair<const std::string, std::string>> changes) {
+    environment_map env = task;
+    for (const auto& [name, value] : changes) env.insert_or_assign(name, value);
+    return env;
+  };
+  auto torch = from_environment(with({{"MASTER_ADDR", "m"}, {"MASTER_PORT", "29500"}}));
+  CHECK(torch.root_host == "m");  // MASTER_* wins over the derived root
+  CHECK(torch.root_port == 29500);
+  CHECK_FALSE(torch.root_listens_everywhere);
+  CHECK(torch.token.empty());
+
+  auto reserved = from_environment(with({{"SLURM_STEP_RESV_PORTS", "12000-12003"}, {"PDCOLL_TOKEN", "t"}}));
+  CHECK(reserved.root_port == 12000);  // the port Slurm reserved for the step
+  CHECK(reserved.token == "t");
+
+  // srun -E (--preserve-env) inside an 8-task allocation keeps the job's SLURM_NTASKS.
+  auto two = from_environment(with({{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}}));
+  CHECK(two.world_size == 2);
+
+  // srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE with the step's numbering: the root is still derived.
+  auto pmi2 = from_environment(with({{"PMI_RANK", "3"}, {"PMI_SIZE", "8"}}));
+  CHECK(pmi2.launcher == "pmi");
+  CHECK(pmi2.root_host == "a100-03");
+  // An mpiexec inside the task numbers its own ranks: no root from Slurm.
+  CHECK(contains(error_of(with({{"PMI_RANK", "0"}, {"PMI_SIZE", "4"}})), "no rendezvous root"));
+
+  CHECK(contains(error_of(with({{"SLURM_DISTRIBUTION", "arbitrary"}})),
+                 "SLURM_DISTRIBUTION=arbitrary may place task 0 off the step's first node: set PDCOLL_ROOT"));
+  CHECK(contains(error_of(with({{"SLURM_HET_SIZE", "2"}})), "heterogeneous job"));
+  CHECK(contains(error_of(with({{"SLURM_STEP_NODELIST", "gpu[1-2"}})), "names no host"));
+  CHECK(contains(error_of(with({{"SLURM_JOB_ID", "12x"}})), "SLURM_JOB_ID='12x' is not an ID"));
+  environment_map no_list = task;
+  no_list.erase("SLURM_STEP_NODELIST");
+  CHECK(contains(error_of(no_list), "SLURM_STEP_NODELIST is unset"));
+}
+
+TEST_CASE("a batch script's own process is no srun task: refused for more than one task, not left waiting") {
+  // sbatch -n 2 exports SLURM_PROCID=0 and SLURM_NTASKS=2 to the script, but no step.
+  CHECK(contains(error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
+                           {"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "vm"}}),
+                 "SLURM_NTASKS=2 but this process is no srun task"));
+  auto one = from_environment({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "9"}});
+  CHECK(one.world_size == 1);
+  CHECK(one.root_port == 0);
+  // sbatch -N 1 without -n exports SLURM_PROCID but no SLURM_NTASKS: one process.
+  auto unsized = from_environment({{"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "9"}});
+  CHECK(unsized.world_size == 1);
+  // torchrun started in such a script numbers its own ranks: Slurm's variables are not read.
+  auto torch = from_environment({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
+                                 {"MASTER_ADDR", "vm"}, {"MASTER_PORT", "29500"}});
+  CHECK(torch.launcher == "torchrun");
+  CHECK(torch.rank == 1);
+  auto torch_unsized = from_environment({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"},
+                                         {"MASTER_ADDR", "vm"}, {"MASTER_PORT", "29500"}});
+  CHECK(torch_unsized.rank == 1);
 }
 
 TEST_CASE("a one-rank job needs no root and serves on an ephemeral loopback port") {
@@ -98,6 +199,17 @@ TEST_CASE("Slurm as the outer allocator of a torchrun job is not an inconsistenc
                                 {"MASTER_ADDR", "n"}, {"MASTER_PORT", "1"}});
   CHECK(info.rank == 5);
   CHECK(info.launcher == "torchrun");
+  // One srun task per node running torchrun, whose rendezvous numbers the
+  // nodes in its own order: same world size, another rank, still no error.
+  auto same_size = from_environment({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
+                                     {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_ID", "0"}, {"MASTER_ADDR", "n"},
+                                     {"MASTER_PORT", "1"}});
+  CHECK(same_size.rank == 1);
+  // Inside an srun task, mpiexec (Hydra) starts its own ranks.
+  auto hydra = from_environment({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"},
+                                 {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_STEP_ID", "0"}, {"PDCOLL_ROOT", "h:1"}});
+  CHECK(hydra.launcher == "pmi");
+  CHECK(hydra.rank == 2);
 }
 
 TEST_CASE("inconsistent or missing variables are errors that name the variable") {
@@ -109,9 +221,6 @@ TEST_CASE("inconsistent or missing variables are errors that name the variable")
   CHECK(contains(error_of({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"PMI_RANK", "1"}, {"PMI_SIZE", "3"},
                            {"PDCOLL_ROOT", "h:1"}}),
                  "WORLD_SIZE=4 but PMI_SIZE=3"));
-  CHECK(contains(error_of({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"PMI_RANK", "2"}, {"PMI_SIZE", "4"},
-                           {"PDCOLL_ROOT", "h:1"}}),
-                 "PMI_RANK=2 but SLURM_PROCID=1"));
   CHECK(contains(error_of({{"PDCOLL_RANK", "0"}, {"PDCOLL_ROOT", "h:1"}}),
                  "PDCOLL_RANK is set but PDCOLL_WORLD_SIZE is not"));
   CHECK(contains(error_of({{"WORLD_SIZE", "2"}}), "WORLD_SIZE is set but RANK is not"));

@@ -113,6 +113,31 @@ TEST_CASE("three ranks exchange addresses, keys and barriers through rank 0's se
   CHECK(other2 == "0");
 }
 
+TEST_CASE("a root told to listen everywhere takes clients that reach it by another address") {
+  // Under srun the root is the step's first node by name, which may resolve
+  // to a loopback address on that node itself: rank 0 listens on every
+  // address there (launch_info::root_listens_everywhere).
+  auto everywhere = job(0, 2, 0);
+  everywhere.root_listens_everywhere = true;
+  auto root = store::connect(everywhere, 5s, fast());
+  auto client_info = job(1, 2, root.root_port());
+  client_info.root_host = "127.0.0.2";
+  auto client = std::async(std::launch::async, [&] {
+    auto s = store::connect(client_info, 5s, fast());
+    return s.all_gather("one");
+  });
+  CHECK(root.all_gather("zero") == std::vector<std::string>{"zero", "one"});
+  REQUIRE(client.wait_for(10s) == std::future_status::ready);
+  CHECK(client.get() == std::vector<std::string>{"zero", "one"});
+
+  // The default: a root bound to 127.0.0.1 alone is not reached at 127.0.0.2.
+  auto narrow = store::connect(job(0, 2, 0), 5s, fast());
+  auto missed = job(1, 2, narrow.root_port());
+  missed.root_host = "127.0.0.2";
+  auto e = thrown_by([&] { (void)store::connect(missed, 300ms, fast()); });
+  CHECK(e.code() == pdcoll::errc::timeout);
+}
+
 TEST_CASE("an unreachable root gives errc::timeout naming the address within the deadline") {
   const auto port = unused_port();
   const auto start = std::chrono::steady_clock::now();

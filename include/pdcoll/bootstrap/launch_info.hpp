@@ -6,9 +6,31 @@
 // Precedence, first match wins: PDCOLL_* > torchrun > Open MPI > PMI > Slurm.
 // The other launchers' variables are then cross-checked: one that reports
 // the same world size but a different rank is an error ("RANK=1 but
-// OMPI_COMM_WORLD_RANK=2"). Slurm alone may report a different world size
-// without error, because srun is routinely the *outer* allocator of a job
-// whose ranks are started by torchrun or pdcoll-run (one srun task per node).
+// OMPI_COMM_WORLD_RANK=2"). Slurm's are read only when no other launcher set
+// any, and never cross-checked: where another launcher did, Slurm is the
+// *outer* allocator of a job whose ranks torchrun, pdcoll-run or mpirun
+// started (one srun task per node, or a batch script), and its numbering
+// need not match theirs.
+//
+// A process is an srun task when SLURM_STEP_ID is set: its rank is
+// SLURM_PROCID among SLURM_STEP_NUM_TASKS (SLURM_NTASKS may be the job's,
+// kept by `srun --export`/`-E`). A batch script's or an salloc shell's own
+// process has no step: it sees SLURM_PROCID=0 and the job's SLURM_NTASKS,
+// and taken for rank 0 of N it would wait for ranks that never start, so
+// with N > 1 that is an error, and otherwise a one-rank job.
+//
+// Under srun no variable names the rendezvous root, so pdcoll derives it the
+// way torch-on-Slurm recipes set MASTER_ADDR and MASTER_PORT: the first node
+// of the step (SLURM_STEP_NODELIST), where srun places task 0 under every
+// distribution but `arbitrary` and in every job but a heterogeneous one
+// (both refused), and the step's reserved port (SLURM_STEP_RESV_PORTS, where
+// the cluster reserves ports) or one computed from the job and step IDs
+// (slurm_rendezvous_port). The same holds when the task's launcher variables
+// are PMI's, as `srun --mpi=pmi2` sets them with the same numbering. Rank 0
+// then listens on every address (the node's name may resolve to a loopback
+// address on the node itself, as Debian's /etc/hosts has it), and without
+// PDCOLL_TOKEN the token is "slurm:<job>.<step>", so a step that lands on
+// another step's port is refused rather than joined.
 #pragma once
 
 #include <chrono>
@@ -39,6 +61,7 @@ struct launch_info {
   std::string launcher;        ///< "pdcoll", "torchrun", "openmpi", "pmi" or "slurm"
   int local_rank = -1;         ///< rank among the ranks on this host; -1 when the launcher does not say
   int local_size = -1;         ///< ranks on this host; -1 when the launcher does not say
+  bool root_listens_everywhere = false;  ///< rank 0's store listens on every address, not only root_host's
   std::chrono::milliseconds timeout = default_timeout;  ///< PDCOLL_TIMEOUT_MS, or default_timeout
 };
 
@@ -56,6 +79,50 @@ inline environment_map current_environment() {
     env.emplace(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
   }
   return env;
+}
+
+/// The first host of a Slurm node list as srun exports it in
+/// SLURM_STEP_NODELIST: "gpu[07-10,12],cpu3" → "gpu07", "rack[1-2]-n[01-08]"
+/// → "rack1-n01", "vm" → "vm". Empty when the list is empty or a bracket is
+/// not closed.
+inline std::string first_slurm_host(std::string_view list) {
+  std::string host;
+  for (std::size_t i = 0; i < list.size() && list[i] != ',';) {
+    if (list[i] != '[') {
+      host += list[i++];
+      continue;
+    }
+    const auto close = list.find(']', i);
+    if (close == std::string_view::npos) return {};
+    // A range set "07-10,12": its first number, zero padding kept.
+    const auto range = list.substr(i + 1, close - i - 1);
+    host += range.substr(0, range.find_first_of(",-"));
+    i = close + 1;
+  }
+  return host;
+}
+
+/// Lowest port slurm_rendezvous_port() returns.
+inline constexpr std::uint16_t slurm_port_base = 20000;
+/// How many ports slurm_rendezvous_port() spreads steps over: up to 32767,
+/// below Linux's default ephemeral range (32768–60999), so no outgoing
+/// connection on the node holds the port.
+inline constexpr std::uint16_t slurm_port_span = 12768;
+/// The distance between the ports of two consecutive jobs' same step: a
+/// prime that does not divide slurm_port_span.
+inline constexpr std::uint64_t slurm_port_job_stride = 797;
+
+/// The rendezvous port of Slurm job `job`, step `step` when neither
+/// PDCOLL_ROOT, MASTER_PORT nor SLURM_STEP_RESV_PORTS says one:
+/// slurm_port_base + (797·job + step) mod slurm_port_span. The steps of one
+/// job get different ports (up to 12768 of them), as do the same step of any
+/// two jobs fewer than 12768 IDs apart; two jobs whose rank 0 share a node
+/// collide only when their steps differ by a multiple of 797 as well. A
+/// collision makes the later root fail to listen ("Address already in use")
+/// until PDCOLL_ROOT names another port.
+inline std::uint16_t slurm_rendezvous_port(std::uint64_t job, std::uint64_t step) noexcept {
+  return static_cast<std::uint16_t>(slurm_port_base +
+                                    ((job % slurm_port_span) * slurm_port_job_stride + step) % slurm_port_span);
 }
 
 namespace detail {
@@ -76,10 +143,13 @@ inline constexpr launcher_variables launchers[] = {
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
     // Hydra (MPICH, Intel MPI) sets MPI_LOCALRANKID / MPI_LOCALNRANKS beside PMI_RANK / PMI_SIZE.
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    // SLURM_NTASKS_PER_NODE is only set when the user asked for it, and then
-    // as a plain count; srun(1).
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
+
+/// An srun task's variables (read apart from the others: see the file
+/// comment). SLURM_NTASKS_PER_NODE is only set when the user asked for it,
+/// and then as a plain count; srun(1).
+inline constexpr launcher_variables slurm_step{"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
+                                               "SLURM_NTASKS_PER_NODE"};
 
 [[noreturn]] inline void fail(std::string message) {
   throw std::system_error(make_error_code(errc::bootstrap), message);
@@ -156,6 +226,41 @@ inline std::optional<launcher_view> read_launcher(const environment_map& env, co
   return launcher_view{&vars, *rank, *size};
 }
 
+/// The first port of SLURM_STEP_RESV_PORTS ("12000-12003", "12000"), or
+/// nullopt when it is unset or names none.
+inline std::optional<std::uint16_t> reserved_slurm_port(const environment_map& env) {
+  const std::string* ports = lookup(env, "SLURM_STEP_RESV_PORTS");
+  if (ports == nullptr) return std::nullopt;
+  const std::string_view text{*ports};
+  auto first = parse_count(text.substr(0, text.find_first_of(",-")), 65535);
+  if (!first || *first == 0) return std::nullopt;
+  return static_cast<std::uint16_t>(*first);
+}
+
+[[noreturn]] inline void need_root(const std::string& why) { fail(why + ": set PDCOLL_ROOT=host:port"); }
+
+/// Fills info's root from an srun task's environment (file comment).
+inline void derive_slurm_root(const environment_map& env, launch_info& info) {
+  if (lookup(env, "SLURM_HET_SIZE") != nullptr || lookup(env, "SLURM_PACK_SIZE") != nullptr)
+    need_root("a heterogeneous job's step lists its nodes sorted, not task 0's first");
+  if (const std::string* how = lookup(env, "SLURM_DISTRIBUTION"); how && how->starts_with("arbitrary"))
+    need_root("SLURM_DISTRIBUTION=" + *how + " may place task 0 off the step's first node");
+  const std::string* nodes = lookup(env, "SLURM_STEP_NODELIST");
+  if (nodes == nullptr) need_root("SLURM_STEP_NODELIST is unset");
+  info.root_host = first_slurm_host(*nodes);
+  if (info.root_host.empty()) need_root(show("SLURM_STEP_NODELIST", "'" + *nodes + "'") + " names no host");
+  const auto id = [&](std::string_view name) {
+    const std::string* text = lookup(env, name);
+    auto value = text ? parse_count(*text, 0xffffffffLL) : std::nullopt;
+    if (!value) need_root(show(name, text ? "'" + *text + "'" : "(unset)") + " is not an ID");
+    return static_cast<std::uint64_t>(*value);
+  };
+  const auto job = id("SLURM_JOB_ID"), step = id("SLURM_STEP_ID");
+  info.root_port = reserved_slurm_port(env).value_or(slurm_rendezvous_port(job, step));
+  info.root_listens_everywhere = true;
+  if (lookup(env, "PDCOLL_TOKEN") == nullptr) info.token = "slurm:" + std::to_string(job) + "." + std::to_string(step);
+}
+
 }  // namespace detail
 
 /// Reads the launch description from `env` (see the precedence rules at the
@@ -163,7 +268,8 @@ inline std::optional<launcher_view> read_launcher(const environment_map& env, co
 ///  * rank / world size / local rank / local size from the first launcher present;
 ///  * rendezvous root from PDCOLL_ROOT=host:port (or [v6]:port), else
 ///    MASTER_ADDR + MASTER_PORT (torchrun's); a one-rank job without either
-///    serves on 127.0.0.1 and an ephemeral port;
+///    serves on 127.0.0.1 and an ephemeral port; srun tasks without either
+///    use the step's first node and reserved or computed port (file comment);
 ///  * PDCOLL_TOKEN (optional; without it the store admits any client that
 ///    knows the world size, so set it on shared networks);
 ///  * PDCOLL_TIMEOUT_MS (default 60000).
@@ -181,15 +287,22 @@ inline launch_info from_environment(const environment_map& env) {
       chosen = view;
       continue;
     }
-    const bool outer_allocator = vars.launcher == "slurm";
-    if (view->size != chosen->size) {
-      if (outer_allocator) continue;
+    if (view->size != chosen->size)
       fail(show(chosen->vars->size, std::to_string(chosen->size)) + " but " +
            show(vars.size, std::to_string(view->size)));
-    }
     if (view->rank != chosen->rank)
       fail(show(chosen->vars->rank, std::to_string(chosen->rank)) + " but " +
            show(vars.rank, std::to_string(view->rank)));
+  }
+  const bool srun_task = lookup(env, "SLURM_STEP_ID") != nullptr;
+  if (!chosen && srun_task) chosen = read_launcher(env, slurm_step);
+  if (!chosen && !srun_task && lookup(env, "SLURM_PROCID") != nullptr) {
+    // A batch script's or an salloc shell's own process (file comment).
+    if (auto tasks = read_int(env, "SLURM_NTASKS"); tasks && *tasks > 1)
+      fail(show("SLURM_NTASKS", std::to_string(*tasks)) +
+           " but this process is no srun task (SLURM_STEP_ID is unset: a batch script or an salloc shell): "
+           "start the ranks with srun");
+    chosen = launcher_view{&slurm_step, 0, 1};
   }
   if (!chosen)
     fail("no launcher variables found: set PDCOLL_RANK and PDCOLL_WORLD_SIZE, or start the job with "
@@ -231,6 +344,10 @@ inline launch_info from_environment(const environment_map& env) {
   } else if (info.world_size == 1) {
     info.root_host = "127.0.0.1";
     info.root_port = 0;
+  } else if (auto step = srun_task ? read_launcher(env, slurm_step) : std::nullopt;
+             step && step->rank == info.rank && step->size == info.world_size) {
+    // srun alone, or srun --mpi=pmi2 (file comment).
+    derive_slurm_root(env, info);
   } else {
     fail("no rendezvous root for " + std::to_string(info.world_size) +
          " ranks: set PDCOLL_ROOT=host:port (or MASTER_ADDR and MASTER_PORT)");

@@ -85,8 +85,8 @@ class store {
     const auto deadline = detail::clock::now() + timeout;
     std::uint16_t port = info.root_port;
     if (info.rank == 0) {
-      s->server = std::make_unique<rendezvous_server>(info.root_host, info.root_port, info.world_size, info.token,
-                                                      options.server);
+      s->server = std::make_unique<rendezvous_server>(info.root_listens_everywhere ? std::string{} : info.root_host,
+                                                      info.root_port, info.world_size, info.token, options.server);
       port = s->server->port();
     }
     s->root = detail::endpoint_text(info.root_host, port);

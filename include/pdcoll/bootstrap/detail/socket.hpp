@@ -77,15 +77,15 @@ inline int poll_timeout(clock::time_point deadline) noexcept {
 /// getaddrinfo(3) results, freed on destruction.
 class address_list {
  public:
-  /// Resolves host:port for TCP; `passive` for bind(2). Returns the
-  /// gai_strerror text in `error` on failure.
+  /// Resolves host:port for TCP; `passive` for bind(2), where an empty host
+  /// means every address. Returns the gai_strerror text in `error` on failure.
   address_list(const std::string& host, std::uint16_t port, bool passive, std::string& error) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = passive ? AI_PASSIVE : 0;
     const std::string service = std::to_string(port);
-    const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &list_);
+    const int rc = ::getaddrinfo(passive && host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &list_);
     if (rc != 0) {
       error = ::gai_strerror(rc);
       list_ = nullptr;
@@ -102,14 +102,15 @@ class address_list {
   addrinfo* list_ = nullptr;
 };
 
-/// Opens a non-blocking listening socket on host:port (port 0: ephemeral)
-/// and returns it with the port actually bound.
+/// Opens a non-blocking listening socket on host:port (port 0: ephemeral;
+/// host empty: every address) and returns it with the port actually bound.
 /// Errors: errc::bootstrap naming the address and the errno text.
 inline std::pair<unique_fd, std::uint16_t> listen_on(const std::string& host, std::uint16_t port, int backlog) {
   std::string resolve_error;
   address_list addresses(host, port, true, resolve_error);
+  const std::string shown = endpoint_text(host.empty() ? "*" : host, port);
   if (addresses.begin() == nullptr)
-    throw_error(errc::bootstrap, "rank 0 could not resolve rendezvous root " + endpoint_text(host, port) + ": " + resolve_error);
+    throw_error(errc::bootstrap, "rank 0 could not resolve rendezvous root " + shown + ": " + resolve_error);
   int last_error = 0;
   for (const addrinfo* a = addresses.begin(); a != nullptr; a = a->ai_next) {
     unique_fd fd{::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol)};
@@ -130,7 +131,7 @@ inline std::pair<unique_fd, std::uint16_t> listen_on(const std::string& host, st
                                      : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
     return {std::move(fd), actual};
   }
-  throw_error(errc::bootstrap, "rank 0 could not listen on " + endpoint_text(host, port) + ": " + errno_text(last_error));
+  throw_error(errc::bootstrap, "rank 0 could not listen on " + shown + ": " + errno_text(last_error));
 }
 
 /// Connects to host:port, retrying refused or unreachable attempts with a
