@@ -46,6 +46,18 @@ std::uint16_t unused_port() {
   return ntohs(address.sin_port);
 }
 
+/// True when an IPv6 socket can bind ::1 (the machine has IPv6 loopback).
+bool ipv6_loopback() {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_loopback;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  return ok;
+}
+
 /// Runs `call` and returns the std::system_error it throws; fails when it does not.
 template <class Call>
 std::system_error thrown_by(Call&& call) {
@@ -129,6 +141,21 @@ TEST_CASE("a root told to listen everywhere takes clients that reach it by anoth
   CHECK(root.all_gather("zero") == std::vector<std::string>{"zero", "one"});
   REQUIRE(client.wait_for(10s) == std::future_status::ready);
   CHECK(client.get() == std::vector<std::string>{"zero", "one"});
+
+  // Where the machine has IPv6 loopback, the same root (dual-stack) takes IPv6 clients too.
+  if (ipv6_loopback()) {
+    auto v6_root_info = job(0, 2, 0);
+    v6_root_info.root_listens_everywhere = true;
+    auto v6_root = store::connect(v6_root_info, 5s, fast());
+    auto v6_info = job(1, 2, v6_root.root_port());
+    v6_info.root_host = "::1";
+    auto v6_client = std::async(std::launch::async, [&] { return store::connect(v6_info, 5s, fast()).all_gather("6"); });
+    CHECK(v6_root.all_gather("4") == std::vector<std::string>{"4", "6"});
+    REQUIRE(v6_client.wait_for(10s) == std::future_status::ready);
+    CHECK(v6_client.get() == std::vector<std::string>{"4", "6"});
+  } else {
+    MESSAGE("no IPv6 loopback here: the dual-stack half of this test is skipped");
+  }
 
   // The default: a root bound to 127.0.0.1 alone is not reached at 127.0.0.2.
   auto narrow = store::connect(job(0, 2, 0), 5s, fast());

@@ -21,6 +21,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "pdcoll/error.hpp"
 
@@ -111,14 +112,25 @@ inline std::pair<unique_fd, std::uint16_t> listen_on(const std::string& host, st
   const std::string shown = endpoint_text(host.empty() ? "*" : host, port);
   if (addresses.begin() == nullptr)
     throw_error(errc::bootstrap, "rank 0 could not resolve rendezvous root " + shown + ": " + resolve_error);
+  std::vector<const addrinfo*> candidates;
+  for (const addrinfo* a = addresses.begin(); a != nullptr; a = a->ai_next) candidates.push_back(a);
+  // Every address: the IPv6 wildcard first, made dual-stack below, so that
+  // IPv4 and IPv6 clients both reach it; the IPv4 one where IPv6 is missing.
+  if (host.empty())
+    std::stable_partition(candidates.begin(), candidates.end(),
+                          [](const addrinfo* a) { return a->ai_family == AF_INET6; });
   int last_error = 0;
-  for (const addrinfo* a = addresses.begin(); a != nullptr; a = a->ai_next) {
+  for (const addrinfo* a : candidates) {
     unique_fd fd{::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol)};
     if (!fd) { last_error = errno; continue; }
     const int one = 1;
     // SO_REUSEADDR lets a job restart on the same port while the previous
     // run's sockets sit in TIME_WAIT; socket(7).
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (host.empty() && a->ai_family == AF_INET6) {
+      const int zero = 0;  // whatever net.ipv6.bindv6only says; ipv6(7)
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    }
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), backlog) != 0) {
       last_error = errno;
       continue;
