@@ -282,14 +282,17 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
   auto vin = detail::as_view(std::forward<In>(in));
   auto vout = detail::as_view(std::forward<Out>(out));
   using T = detail::element_of<decltype(vout)>;
+  auto unsupported = [&] {
+    auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(),
+                               detail::in_place_form::same_buffer);
+    s.invalid = make_error_code(errc::unsupported_op);
+    return collective_sender(comm, std::move(s));
+  };
   auto with = [&](auto o) -> collective_sender {
     if constexpr (is_supported_v<T, decltype(o)>) {
       return all_reduce<Algo>(comm, vin, vout, o);
     } else {
-      auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(),
-                             detail::in_place_form::same_buffer);
-      s.invalid = make_error_code(errc::unsupported_op);
-      return collective_sender(comm, std::move(s));
+      return unsupported();
     }
   };
   switch (op) {
@@ -298,12 +301,8 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
     case reduction::min: return with(op::min);
     case reduction::max: return with(op::max);
     case reduction::avg: return with(op::avg);
-    default: break;
+    default: return unsupported();
   }
-  auto s = detail::make_spec(comm, collective_kind::all_reduce, vin, vout, vin.size(), vin.size(), vin.size(),
-                             detail::in_place_form::same_buffer);
-  s.invalid = make_error_code(errc::unsupported_op);
-  return collective_sender(comm, std::move(s));
 }
 
 /// Broadcast: `in` at `root` copied into `out` on every rank (in == out for
