@@ -4,6 +4,8 @@
 #   scripts/install-deps.sh            core: compilers, cmake, libfabric, liburing, doctest, CLI11
 #   scripts/install-deps.sh --bench    plus the baselines (Open MPI, Gloo), iperf3 (TCP ceiling) and matplotlib for bench/compare.sh
 #   scripts/install-deps.sh --conan    plus Conan 2 from PyPI
+#   scripts/install-deps.sh --mpi      plus Open MPI's mpirun and PMIx's headers (rendezvous under mpirun
+#                                      without PDCOLL_ROOT, include/pdcoll/bootstrap/pmix.hpp; tests/mpirun/run.sh)
 #   scripts/install-deps.sh --slurm    plus Slurm's daemons and srun (tests/slurm/run.sh); if they
 #                                      cannot be installed it says so and goes on: that test then skips
 set -euo pipefail
@@ -11,13 +13,15 @@ set -euo pipefail
 core=(g++ clang cmake make pkg-config python3 python3-pip libfabric-dev libfabric-bin liburing-dev
       doctest-dev libcli11-dev libbenchmark-dev iproute2 ethtool libclang-rt-14-dev)
 bench=(libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib iperf3)
+mpi=(openmpi-bin libpmix-dev)
 slurm=(slurmctld slurmd slurm-client)
 want=("${core[@]}")
 want_conan=0
 want_slurm=0
 for arg in "$@"; do
   case "$arg" in
-    --bench) want+=("${bench[@]}") ;;
+    --bench) want+=("${mpi[@]}" "${bench[@]}") ;;
+    --mpi) want+=("${mpi[@]}") ;;
     --conan) want_conan=1 ;;
     --slurm) want_slurm=1 ;;
     *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;

@@ -5,7 +5,7 @@
 # bounded fuzz run of the rendezvous parser. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh --conan --slurm
+scripts/install-deps.sh --conan --mpi --slurm
 export PATH="$HOME/.local/bin:$PATH"
 jobs=$(nproc)
 

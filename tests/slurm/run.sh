@@ -25,13 +25,8 @@
 # cancelled and the daemons stopped (trap).
 set -uo pipefail
 
-bench=${1:-}
-if [[ -z "$bench" || ! -x "$bench" ]]; then
-  echo "usage: $0 <pdcoll-bench binary>" >&2
-  exit 2
-fi
-bench=$(realpath "$bench")
-skip() { echo "SKIPPED: slurm tests: $*"; exit 77; }
+# shellcheck source=tests/support/launcher_checks.sh
+source "$(dirname "$0")/../support/launcher_checks.sh" slurm "$@"
 [[ $(id -u) -eq 0 ]] || skip "not root (uid $(id -u)); slurmd runs job steps as their owner"
 for tool in slurmctld slurmd srun sbatch sinfo squeue scancel python3; do
   command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/install-deps.sh --slurm installs it)"
@@ -42,14 +37,13 @@ node=$(hostname -s)
 getent hosts "$node" >/dev/null || skip "host name '$node' does not resolve; rank 0's clients connect to the step's first node"
 
 # Nothing of an enclosing job or launcher may leak into the private cluster.
-while read -r name; do unset "$name"; done < <(env | sed -n 's/^\(\(SLURM\|OMPI\|PMI\|PMIX\)_[A-Za-z0-9_]*\)=.*/\1/p')
-unset PDCOLL_ROOT PDCOLL_TOKEN PDCOLL_RANK PDCOLL_WORLD_SIZE PDCOLL_LOCAL_RANK PDCOLL_LOCAL_SIZE \
-  MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE
+clean_launcher_environment
 export PDCOLL_TIMEOUT_MS=20000
 
 dir=$(mktemp -d /tmp/pdcoll-slurm.XXXXXX)
 export SLURM_CONF=$dir/slurm.conf
 pids=()
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   if ((${#pids[@]})); then
     timeout 10 scancel --quiet --full --partition=pdcoll 2>/dev/null
@@ -122,33 +116,11 @@ if [[ $state != idle* ]]; then
 fi
 echo "slurm: $(sinfo -V), node $node, $cpus CPUs, controller port $ctld_port"
 
-failures=0
-fail() {
-  echo "FAIL  $1"
-  shift
-  (($#)) && cat "$@" 2>/dev/null | sed 's/^/      /' | tail -n 40
-  failures=$((failures + 1))
-}
-ok="Out of bounds values : 0 OK"  # pdcoll-bench's footer when every check passed
-sweep=(-b 8 -e 256K -f 32 -n 3 -w 1 -c 1)
 q_bench=$(printf %q "$bench")
 q_dir=$(printf %q "$dir")
 
-# check_srun <name> <srun arguments...>: one step, at most 60 s; pdcoll-bench must pass its checks.
-check_srun() {
-  local name=$1 out=$dir/srun.$RANDOM.out
-  shift
-  timeout -k 5 60 srun -t 1 "$@" >"$out" 2>&1
-  local rc=$?
-  if [[ $rc -eq 0 ]] && grep -q "$ok" "$out"; then echo "ok    $name"; else fail "$name (exit $rc)" "$out"; fi
-}
-for tasks in 1 2 3 4; do
-  check_srun "srun -n $tasks, libfabric tcp" -n "$tasks" "$bench" --transport tcp "${sweep[@]}"
-done
-check_srun "srun -n 3, libfabric shm" -n 3 "$bench" --transport shm "${sweep[@]}"
-check_srun "srun -n 2, io_uring" -n 2 "$bench" --transport uring "${sweep[@]}"
-check_srun "srun -n 3, reduce_scatter" -n 3 "$bench" --transport tcp --collective reduce_scatter "${sweep[@]}"
-check_srun "srun --mpi=pmi2 -n 3 (PMI_RANK/PMI_SIZE set)" --mpi=pmi2 -n 3 "$bench" --transport tcp "${sweep[@]}"
+check_sweeps srun srun -t 1
+check_job "srun --mpi=pmi2 -n 3 (PMI_RANK/PMI_SIZE set)" srun -t 1 --mpi=pmi2 -n 3 "$bench" --transport tcp "${sweep[@]}"
 
 # check_batch <name> <tasks> <script>: a batch job, at most 90 s; the
 # script's last line of output must be "pass".
@@ -189,8 +161,4 @@ check_batch "a batch script's own process is refused at once; srun in it works" 
   [ \$r -ne 0 ] && [ \$t -lt 10 ] && grep -q 'but this process is no srun task' $q_dir/direct.out &&
     [ \$rs -eq 0 ] && grep -q '$ok' $q_dir/srun.out && echo pass"
 
-if ((failures)); then
-  echo "slurm tests: $failures failed"
-  exit 1
-fi
-echo "slurm tests: all passed"
+finish

@@ -160,6 +160,62 @@ TEST_CASE("srun alone: the root is the step's first node on a port from the job 
   CHECK(contains(error_of(no_list), "SLURM_STEP_NODELIST is unset"));
 }
 
+TEST_CASE("mpirun alone: rank 0's address comes through the launcher's PMIx server") {
+  const environment_map mpirun{{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                               {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                               {"PMIX_NAMESPACE", "742195201"}, {"PMIX_RANK", "2"}};
+  if constexpr (pdcoll::bootstrap::have_pmix) {
+    auto info = from_environment(mpirun);
+    CHECK(info.launcher == "openmpi");
+    CHECK(info.rank == 2);
+    CHECK(info.root_through_pmix);
+    CHECK(info.root_listens_everywhere);
+    CHECK(info.root_host.empty());
+    CHECK(info.root_port == 0);
+    CHECK(info.token == "pmix:742195201");  // another job's ranks are refused, not joined
+
+    auto with_token = mpirun;
+    with_token.emplace("PDCOLL_TOKEN", "secret");
+    CHECK(from_environment(with_token).token == "secret");
+
+    // Inside an allocation the ranks inherit the step of mpirun's daemons
+    // (started by srun); where its numbers happen to match this rank's, PMIx
+    // must still be the one asked, as it is on the ranks where they do not.
+    auto in_allocation = mpirun;
+    for (auto [name, value] : {std::pair{"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "2"}, {"SLURM_STEP_NUM_TASKS", "4"},
+                               {"SLURM_STEP_NODELIST", "n[1-4]"}, {"SLURM_JOB_ID", "77"}})
+      in_allocation.emplace(name, value);
+    auto inside = from_environment(in_allocation);
+    CHECK(inside.root_through_pmix);
+    CHECK(inside.root_host.empty());
+
+    auto mismatch = mpirun;
+    mismatch["PMIX_RANK"] = "3";
+    CHECK(contains(error_of(mismatch), "PMIX_RANK=3 but this is rank 2"));
+  } else {
+    CHECK(contains(error_of(mpirun), "this build of pdcoll has none"));
+    CHECK(contains(error_of(mpirun), "set PDCOLL_ROOT=host:port"));
+  }
+
+  // An address the user gives wins, and then PMIx is not asked.
+  auto named = mpirun;
+  named.emplace("PDCOLL_ROOT", "n1:9");
+  auto info = from_environment(named);
+  CHECK_FALSE(info.root_through_pmix);
+  CHECK(info.root_host == "n1");
+  CHECK(info.token.empty());
+
+  // Without a PMIx server (an old mpirun) there is still nobody to ask.
+  auto bare = mpirun;
+  bare.erase("PMIX_NAMESPACE");
+  CHECK(contains(error_of(bare), "no rendezvous root for 4 ranks"));
+
+  // A one-rank job needs no rendezvous at all.
+  auto alone = environment_map{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"},
+                               {"PMIX_NAMESPACE", "1"}, {"PMIX_RANK", "0"}};
+  CHECK_FALSE(from_environment(alone).root_through_pmix);
+}
+
 TEST_CASE("a batch script's own process is no srun task: refused for more than one task, not left waiting") {
   // sbatch -n 2 exports SLURM_PROCID=0 and SLURM_NTASKS=2 to the script, but no step.
   CHECK(contains(error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},

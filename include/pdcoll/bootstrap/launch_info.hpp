@@ -31,6 +31,14 @@
 // address on the node itself, as Debian's /etc/hosts has it), and without
 // PDCOLL_TOKEN the token is "slurm:<job>.<step>", so a step that lands on
 // another step's port is refused rather than joined.
+//
+// Open MPI's mpirun exports no address either, but it starts every rank
+// with a PMIx server (PMIX_NAMESPACE, PMIX_RANK): rank 0 then serves on an
+// ephemeral port, listening on every address, and hands "host:port" to the
+// others through PMIx (bootstrap/pmix.hpp; needs a build with
+// PDCOLL_WITH_PMIX). Without PDCOLL_TOKEN the token is "pmix:<namespace>".
+// This comes before the srun derivation: inside a Slurm allocation mpirun
+// starts its daemons with srun, and the ranks inherit the daemons' step.
 #pragma once
 
 #include <chrono>
@@ -42,6 +50,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "pdcoll/bootstrap/pmix.hpp"
 #include "pdcoll/error.hpp"
 
 extern char** environ;  // POSIX environ(7); declared by <unistd.h> only with _GNU_SOURCE
@@ -62,6 +71,10 @@ struct launch_info {
   int local_rank = -1;         ///< rank among the ranks on this host; -1 when the launcher does not say
   int local_size = -1;         ///< ranks on this host; -1 when the launcher does not say
   bool root_listens_everywhere = false;  ///< rank 0's store listens on every address, not only root_host's
+  /// The root's address comes from rank 0 through the launcher's PMIx server
+  /// when the ranks join (bootstrap/pmix.hpp): root_host is then empty and
+  /// root_port 0 until store::connect fills them in.
+  bool root_through_pmix = false;
   std::chrono::milliseconds timeout = default_timeout;  ///< PDCOLL_TIMEOUT_MS, or default_timeout
 };
 
@@ -261,6 +274,23 @@ inline void derive_slurm_root(const environment_map& env, launch_info& info) {
   if (lookup(env, "PDCOLL_TOKEN") == nullptr) info.token = "slurm:" + std::to_string(job) + "." + std::to_string(step);
 }
 
+/// Marks info's root as handed over through PMIx when the launcher started
+/// this process with a PMIx server that numbers it as info.rank (file
+/// comment); returns false when there is no PMIx server to ask.
+inline bool use_pmix_root(const environment_map& env, launch_info& info) {
+  const std::string* space = lookup(env, "PMIX_NAMESPACE");
+  const auto rank = read_int(env, "PMIX_RANK");
+  if (space == nullptr || space->empty() || !rank) return false;
+  if (*rank != info.rank) fail(show("PMIX_RANK", std::to_string(*rank)) + " but this is rank " + std::to_string(info.rank));
+  if (!have_pmix)
+    need_root("the launcher offers PMIx, but this build of pdcoll has none (pdcoll's CMake package defines "
+              "PDCOLL_WITH_PMIX where pkg-config finds pmix)");
+  info.root_through_pmix = true;
+  info.root_listens_everywhere = true;
+  if (lookup(env, "PDCOLL_TOKEN") == nullptr) info.token = "pmix:" + *space;
+  return true;
+}
+
 }  // namespace detail
 
 /// Reads the launch description from `env` (see the precedence rules at the
@@ -269,7 +299,8 @@ inline void derive_slurm_root(const environment_map& env, launch_info& info) {
 ///  * rendezvous root from PDCOLL_ROOT=host:port (or [v6]:port), else
 ///    MASTER_ADDR + MASTER_PORT (torchrun's); a one-rank job without either
 ///    serves on 127.0.0.1 and an ephemeral port; srun tasks without either
-///    use the step's first node and reserved or computed port (file comment);
+///    use the step's first node and reserved or computed port; ranks a PMIx
+///    launcher started (mpirun) get rank 0's address through PMIx (file comment);
 ///  * PDCOLL_TOKEN (optional; without it the store admits any client that
 ///    knows the world size, so set it on shared networks);
 ///  * PDCOLL_TIMEOUT_MS (default 60000).
@@ -344,15 +375,19 @@ inline launch_info from_environment(const environment_map& env) {
   } else if (info.world_size == 1) {
     info.root_host = "127.0.0.1";
     info.root_port = 0;
+  } else if (info.launcher == "openmpi" && use_pmix_root(env, info)) {
+    // mpirun (file comment). Tried before the srun derivation: inside an
+    // allocation mpirun starts its daemons with srun, whose step variables
+    // its ranks inherit and may, by chance, match on some ranks only.
   } else if (auto step = srun_task ? read_launcher(env, slurm_step) : std::nullopt;
              step && step->rank == info.rank && step->size == info.world_size) {
     // srun alone, or srun --mpi=pmi2 (file comment).
     derive_slurm_root(env, info);
-  } else {
+  } else if (!use_pmix_root(env, info)) {
     fail("no rendezvous root for " + std::to_string(info.world_size) +
          " ranks: set PDCOLL_ROOT=host:port (or MASTER_ADDR and MASTER_PORT)");
   }
-  if (info.root_port == 0 && info.world_size > 1)
+  if (info.root_port == 0 && info.world_size > 1 && !info.root_through_pmix)
     fail("rendezvous root port 0 is only allowed for a one-rank job");
 
   if (const std::string* token = lookup(env, "PDCOLL_TOKEN")) info.token = *token;

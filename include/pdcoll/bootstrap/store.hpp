@@ -36,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -83,15 +84,17 @@ class store {
     s->options = options;
     s->reader = frame_reader{options.server.wire};
     const auto deadline = detail::clock::now() + timeout;
+    std::string host = info.root_host;
     std::uint16_t port = info.root_port;
     if (info.rank == 0) {
       s->server = std::make_unique<rendezvous_server>(info.root_listens_everywhere ? std::string{} : info.root_host,
                                                       info.root_port, info.world_size, info.token, options.server);
       port = s->server->port();
     }
-    s->root = detail::endpoint_text(info.root_host, port);
+    if (info.root_through_pmix) std::tie(host, port) = root_from_pmix(info.rank, port, deadline);
+    s->root = detail::endpoint_text(host, port);
     s->port = port;
-    s->fd = detail::connect_until(info.root_host, port, deadline, timeout);
+    s->fd = detail::connect_until(host, port, deadline, timeout);
     store result{std::move(s)};
     message hello;
     hello.type = message_type::hello;
@@ -220,6 +223,28 @@ class store {
   };
 
   explicit store(std::unique_ptr<state> s) : s_(std::move(s)) {}
+
+  /// The root's address handed over through the launcher's PMIx server
+  /// (bootstrap/pmix.hpp): rank 0 publishes its host name and `port` and
+  /// reaches its own server over loopback; the others must resolve the name,
+  /// and are refused at once where it does not exist (not after the timeout).
+  static std::pair<std::string, std::uint16_t> root_from_pmix(int rank, std::uint16_t port,
+                                                              detail::clock::time_point deadline) {
+#if defined(PDCOLL_WITH_PMIX)
+    const std::string published = rank == 0 ? detail::endpoint_text(detail::local_host_name(), port) : "";
+    const auto address = detail::share_root_through_pmix(rank, published, deadline);
+    auto root = detail::split_host_port(address, "the root address rank 0 published through PMIx ('" + address + "')");
+    if (rank == 0) return {"127.0.0.1", root.second};
+    if (std::string why; !detail::host_resolves(root.first, why))
+      detail::throw_error(errc::bootstrap, "rank 0's host name '" + root.first +
+                                               "', published through PMIx, does not resolve here (" + why +
+                                               "): set PDCOLL_ROOT=host:port");
+    return root;
+#else
+    (void)rank, (void)port, (void)deadline;
+    detail::throw_error(errc::bootstrap, "launch_info asks for PMIx, which this build of pdcoll lacks");
+#endif
+  }
 
   [[noreturn]] void fail(errc code, std::string text) {
     s_->broken = make_error_code(code);

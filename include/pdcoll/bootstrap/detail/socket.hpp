@@ -64,6 +64,13 @@ inline std::string endpoint_text(const std::string& host, std::uint16_t port) {
                                              : host + ":" + std::to_string(port);
 }
 
+/// This host's name (gethostname(2)); "localhost" when it has none.
+inline std::string local_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
 inline bool set_nonblocking(int fd) noexcept {
   const int flags = ::fcntl(fd, F_GETFL, 0);
   return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
@@ -102,6 +109,23 @@ class address_list {
  private:
   addrinfo* list_ = nullptr;
 };
+
+/// False, with the reason in `why`, when `host` definitely names nothing
+/// (EAI_NONAME, EAI_FAIL); a transient failure (EAI_AGAIN) counts as
+/// resolvable, for connect_until to retry.
+inline bool host_resolves(const std::string& host, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &list);
+  if (list != nullptr) ::freeaddrinfo(list);
+  if (rc == EAI_NONAME || rc == EAI_FAIL) {
+    why = ::gai_strerror(rc);
+    return false;
+  }
+  return true;
+}
 
 /// Opens a non-blocking listening socket on host:port (port 0: ephemeral;
 /// host empty: every address) and returns it with the port actually bound.
