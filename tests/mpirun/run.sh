@@ -11,7 +11,9 @@
 #               ranks and a `sleep`) fails within seconds of
 #               PDCOLL_TIMEOUT_MS, naming the PMIx fence, instead of waiting;
 #   stale       a rank whose PMIx server accepts but never answers fails
-#               after PDCOLL_TIMEOUT_MS too.
+#               after PDCOLL_TIMEOUT_MS too;
+#   nowhere     where rank 0's host name does not resolve (a UTS namespace
+#               renames the host; root only) the others stop at once.
 #
 #     tests/mpirun/run.sh <pdcoll-bench binary>
 #
@@ -73,6 +75,26 @@ if [[ $rc -ne 0 && $rc -ne 124 && $took -lt 30 ]] && grep -q "PMIx fence" "$out"
   echo "ok    a rank that never joins: failed after $took s naming the PMIx fence"
 else
   fail "a rank that never joins (exit $rc after $took s)" "$out"
+fi
+
+# Rank 0's host name resolves nowhere (a UTS namespace renames the host):
+# rank 1 stops at once asking for PDCOLL_ROOT, not after PDCOLL_TIMEOUT_MS.
+nowhere=pdcoll-nowhere-$$
+if unshare -u true 2>/dev/null && ! getent hosts "$nowhere" >/dev/null; then
+  out=$dir/nowhere.out
+  start=$SECONDS
+  q_mpi=$(printf '%q ' "${mpi[@]}")
+  q_bench=$(printf %q "$bench")
+  timeout -k 5 60 unshare -u sh -c "hostname $nowhere && $q_mpi -n 2 $q_bench --transport tcp -b 8 -e 8 -n 1 -w 0" >"$out" 2>&1
+  rc=$?
+  took=$((SECONDS - start))
+  if [[ $rc -ne 0 && $took -lt 10 ]] && grep -q "does not resolve here.*set PDCOLL_ROOT" "$out"; then
+    echo "ok    rank 0's host name resolves nowhere: refused after $took s"
+  else
+    fail "rank 0's host name resolves nowhere (exit $rc after $took s)" "$out"
+  fi
+else
+  echo "skip  rank 0's host name resolves nowhere (needs unshare -u, i.e. root)"
 fi
 
 # A stale PMIx server address (say, left over from an enclosing job) whose
