@@ -8,12 +8,16 @@
 # scripts/install-deps.sh), so creating the package needs no Conan remote —
 # the build machines reach none. Consumers get the CMake target
 # pdcoll::pdcoll (CMakeDeps) and the pkg-config name pdcoll (PkgConfigDeps).
+# With -o "pdcoll/*:with_pmix=True" they also get PMIx from the system
+# (pkg-config `pmix`; Debian: libpmix-dev) and PDCOLL_WITH_PMIX, so mpirun
+# needs no PDCOLL_ROOT (include/pdcoll/bootstrap/pmix.hpp).
 import os
 import re
 
 from conan import ConanFile
 from conan.tools.build import check_min_cppstd
 from conan.tools.files import copy, load
+from conan.tools.gnu import PkgConfig
 from conan.tools.layout import basic_layout
 
 
@@ -24,6 +28,8 @@ class PdcollConan(ConanFile):
     topics = ("collectives", "all-reduce", "libfabric", "io_uring", "senders", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
+    options = {"with_pmix": [True, False]}
+    default_options = {"with_pmix": False}
     exports_sources = "include/*", "tools/*", "cmake/*", "CMakeLists.txt", "README.md"
     no_copy_source = True
 
@@ -43,7 +49,8 @@ class PdcollConan(ConanFile):
             raise ConanInvalidConfiguration("pdcoll needs Linux (libfabric, io_uring, memfd, DMA-BUF)")
 
     def package_id(self):
-        # Header-only: one package for every configuration.
+        # Header-only: one package for every configuration (with_pmix only
+        # changes what package_info tells the consumer).
         self.info.clear()
 
     def package(self):
@@ -61,3 +68,10 @@ class PdcollConan(ConanFile):
         self.cpp_info.bindirs = ["bin"]
         # From the system, not from Conan (see the banner).
         self.cpp_info.system_libs = ["fabric", "uring", "pthread"]
+        if self.options.with_pmix:
+            # Found where the package is used, as libfabric and liburing are.
+            pmix = PkgConfig(self, "pmix")
+            self.cpp_info.includedirs = ["include"] + pmix.includedirs
+            self.cpp_info.libdirs = pmix.libdirs
+            self.cpp_info.system_libs += pmix.libs
+            self.cpp_info.defines = ["PDCOLL_WITH_PMIX"]

@@ -19,6 +19,12 @@ int main() try {
       return 1;
     }
   std::printf("test_package: pdcoll all_reduce over %s on 1 rank: ok\n", comm.transport_name().c_str());
+#if defined(PDCOLL_WITH_PMIX)
+  // Taken by address so that the PMIx rendezvous is compiled here and linked against libpmix.
+  auto* volatile share_root = &pdcoll::bootstrap::detail::share_root_through_pmix;
+  if (share_root == nullptr) return 1;
+#endif
+  std::printf("test_package: PMIx rendezvous under mpirun: %s\n", pdcoll::bootstrap::have_pmix ? "yes" : "no");
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "test_package: %s\n", e.what());
