@@ -13,7 +13,7 @@ set -euo pipefail
 core=(g++ clang cmake make pkg-config python3 python3-pip libfabric-dev libfabric-bin liburing-dev
       doctest-dev libcli11-dev libbenchmark-dev iproute2 ethtool libclang-rt-14-dev)
 bench=(libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib iperf3)
-mpi=(openmpi-bin libpmix-dev)
+mpi=(openmpi-bin libpmix-dev openssh-client)  # mpirun looks for ssh (plm_rsh_agent) even for local ranks
 slurm=(slurmctld slurmd slurm-client)
 want=("${core[@]}")
 want_conan=0
