@@ -42,7 +42,6 @@ mpi=(mpirun --oversubscribe --bind-to none -x LSAN_OPTIONS -x PDCOLL_TIMEOUT_MS)
 for name in ASAN_OPTIONS UBSAN_OPTIONS; do [[ -n ${!name:-} ]] && mpi+=(-x "$name"); done
 echo "mpirun: $(mpirun --version | head -n 1)"
 
-
 check_sweeps mpirun "${mpi[@]}"
 
 # Two jobs at once, each long enough that both are in flight together.
