@@ -233,8 +233,8 @@ class store {
 #if defined(PDCOLL_WITH_PMIX)
     const std::string published = rank == 0 ? detail::endpoint_text(detail::local_host_name(), port) : "";
     const auto address = detail::share_root_through_pmix(rank, published, deadline);
+    if (rank == 0) return {"127.0.0.1", port};
     auto root = detail::split_host_port(address, "the root address rank 0 published through PMIx ('" + address + "')");
-    if (rank == 0) return {"127.0.0.1", root.second};
     if (std::string why; !detail::host_resolves(root.first, why))
       detail::throw_error(errc::bootstrap, "rank 0's host name '" + root.first +
                                                "', published through PMIx, does not resolve here (" + why +

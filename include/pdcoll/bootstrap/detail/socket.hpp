@@ -93,9 +93,9 @@ class address_list {
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = passive ? AI_PASSIVE : 0;
     const std::string service = std::to_string(port);
-    const int rc = ::getaddrinfo(passive && host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &list_);
-    if (rc != 0) {
-      error = ::gai_strerror(rc);
+    status_ = ::getaddrinfo(passive && host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &list_);
+    if (status_ != 0) {
+      error = ::gai_strerror(status_);
       list_ = nullptr;
     }
   }
@@ -105,26 +105,23 @@ class address_list {
     if (list_ != nullptr) ::freeaddrinfo(list_);
   }
   const addrinfo* begin() const noexcept { return list_; }
+  /// getaddrinfo's return value: 0, or an EAI_* code.
+  int status() const noexcept { return status_; }
 
  private:
   addrinfo* list_ = nullptr;
+  int status_ = 0;
 };
 
 /// False, with the reason in `why`, when `host` definitely names nothing
 /// (EAI_NONAME, EAI_FAIL); a transient failure (EAI_AGAIN) counts as
 /// resolvable, for connect_until to retry.
 inline bool host_resolves(const std::string& host, std::string& why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &list);
-  if (list != nullptr) ::freeaddrinfo(list);
-  if (rc == EAI_NONAME || rc == EAI_FAIL) {
-    why = ::gai_strerror(rc);
-    return false;
-  }
-  return true;
+  std::string error;
+  const address_list addresses(host, 0, false, error);
+  if (addresses.status() != EAI_NONAME && addresses.status() != EAI_FAIL) return true;
+  why = error;
+  return false;
 }
 
 /// Opens a non-blocking listening socket on host:port (port 0: ephemeral;
