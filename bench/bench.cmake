@@ -24,3 +24,10 @@ else()
 endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/baselines/baselines.cmake)
+
+# The TCP loopback ceiling of a ring all-reduce at each size (bench/tcp_ring_exchange.cpp):
+# the ring's traffic with no reduction; bench/compare.sh sets pdcoll's TCP rows against it.
+if(CLI11_FOUND)
+  add_executable(tcp_ring_exchange ${CMAKE_CURRENT_LIST_DIR}/tcp_ring_exchange.cpp)
+  target_link_libraries(tcp_ring_exchange PRIVATE pdcoll::pdcoll CLI11::CLI11)
+endif()

@@ -5,7 +5,9 @@
 #   Open MPI    shared memory (btl self,vader), TCP loopback (btl self,tcp, lo)
 #   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
 #   tcp-ceiling the TCP loopback ceiling: n concurrent iperf3 streams for n ranks
-#               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing
+#               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing;
+#               and the ring's traffic over plain sockets at each size from
+#               1 MiB, no reduction (bench/tcp_ring_exchange.cpp)
 # with ranks bound to a core each where there are enough cores (pdcoll-run's
 # default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by
 # default), plus an 8-byte latency row per library (the mean of 2000
@@ -14,11 +16,12 @@
 # slice and others waiting for a handoff, and the median picks either mode
 # at random; bench_report.hpp's summarize()). Writes one CSV (library,
 # transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps, timing;
-# the ceiling as a flat series),
-# a PNG (busbw vs size, one panel per rank count, the ceiling a flat line), a
-# ratio table (pdcoll vs the best baseline, then every TCP series' busbw over
-# the ceiling) and the ceiling's per-stream figures (tcp_ceiling.csv), all
-# under --out.
+# the ceiling as a flat series, the ring exchange as a "tcp-ceiling ring
+# exchange" series), a PNG (busbw vs size, one panel per rank count, the
+# ceiling a flat line), a ratio table (pdcoll vs the best baseline, then
+# every TCP series' busbw over the ceiling, then the best pdcoll and baseline
+# over the ring exchange) and the ceiling's per-stream figures
+# (tcp_ceiling.csv), all under --out.
 #
 #   bench/compare.sh                     # full sweep (tens of minutes on 2 cores)
 #   bench/compare.sh --max 16M --iters 5 # quick smoke
@@ -57,17 +60,17 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 if ((do_build)); then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench
+  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_ring_exchange
 fi
 bin=$build/bench
-for p in pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench; do
+for p in pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_ring_exchange; do
   [ -x "$bin/$p" ] || { echo "compare.sh: $bin/$p is missing (scripts/install-deps.sh --bench, then build)" >&2; exit 1; }
 done
 
@@ -133,6 +136,21 @@ if ((ceiling_seconds > 0)); then
     echo "compare.sh: the TCP ceiling measurement failed (see $log); going on without it" | tee -a "$log" >&2
 fi
 
+# The ring's traffic over plain sockets at each size of 1 MiB and up
+# (bench/tcp_ring_exchange.cpp): where large buffers take the loopback below
+# iperf3's cache-resident figure. Below 1 MiB its thread handoffs, not the
+# loopback, set its time, so it is not run there.
+mkdir -p "$raw/exchange"
+if ((large_first > 0)); then
+  for r in $ranks; do
+    ((r > 1)) || continue
+    run "tcp-ring-exchange-n$r" tools/pdcoll-run -n "$r" --timeout "$timeout_s" "$bin/tcp_ring_exchange" \
+      -b "$large_first" -e "$max" -f "$factor" -n "$iters" -w "$warmup" --csv "$raw/exchange/n$r.csv"
+  done
+fi
+exchange=("$raw"/exchange/*.csv)
+[ -e "${exchange[0]}" ] || exchange=()
+
 # One library's runs for R ranks: run_pdcoll R, run_openmpi R, run_gloo R.
 run_pdcoll() {
   local t algo what
@@ -193,13 +211,14 @@ if [ -f "$ceiling" ]; then
   mkdir -p "$raw/ceiling"
   python3 bench/tcp_ceiling.py rows --measured "$ceiling" --out "$raw/ceiling/rows.csv" "$raw"/*.csv
   "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
-    "$raw"/*.csv "$raw/ceiling/rows.csv"
+    "$raw"/*.csv "$raw/ceiling/rows.csv" "${exchange[@]}"
   "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/ceiling/libraries.csv" --table "$out/compare.md" "$raw"/*.csv
-  python3 bench/tcp_ceiling.py table --measured "$ceiling" --cores "$(nproc)" "$raw"/*.csv >>"$out/compare.md"
+  python3 bench/tcp_ceiling.py table --measured "$ceiling" --cores "$(nproc)" \
+    "${exchange[@]/#/--exchange=}" "$raw"/*.csv >>"$out/compare.md"
 else
   echo "compare.sh: no TCP ceiling this run (see above); compare.md has no ceiling ratios" | tee -a "$log"
-  "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
-    --table "$out/compare.md" "$raw"/*.csv
+  "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" "$raw"/*.csv "${exchange[@]}"
+  "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/libraries.csv.tmp" --table "$out/compare.md" "$raw"/*.csv
 fi
 cat "$out/compare.md"
 echo "compare.sh: wrote $out/compare.csv, $out/compare.png, $out/compare.md$([ -f "$ceiling" ] && echo ", $ceiling") (full output: $log)"

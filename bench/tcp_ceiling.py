@@ -3,7 +3,7 @@
 
     python3 bench/tcp_ceiling.py measure --ranks "2 4" --lengths "16K 128K 1M" --seconds 3 --out tcp_ceiling.csv
     python3 bench/tcp_ceiling.py rows  --measured tcp_ceiling.csv --out ceiling_rows.csv run1.csv run2.csv ...
-    python3 bench/tcp_ceiling.py table --measured tcp_ceiling.csv --cores 2 run1.csv run2.csv ... >> compare.md
+    python3 bench/tcp_ceiling.py table --measured tcp_ceiling.csv --cores 2 [--exchange ring-n2.csv ...] run1.csv ... >> compare.md
 
 measure  For each rank count n and write size (-l), runs n TCP streams on
          127.0.0.1 at once, two ways, and writes one row per stream: ranks,
@@ -24,7 +24,11 @@ rows     The ceiling as bench_report CSV rows (library "tcp-ceiling", transport
          tcp) at every size the TCP runs of the inputs have, so that
          bench/plot.py draws it as a flat reference line on each rank panel.
 table    Markdown: per rank count, each pdcoll TCP series' busbw (and the best
-         baseline's) over the ceiling, size by size.
+         baseline's) over the ceiling, size by size; with --exchange, also the
+         best pdcoll and baseline over bench/tcp_ring_exchange's figure at the
+         same size (the ring's traffic over plain sockets, no reduction, in
+         buffers as large as the all-reduce's: where iperf3's cache-resident
+         1 MiB writes overstate what large buffers get).
 
 Why busbw against one stream's rate. A ring all-reduce of S bytes on n ranks
 runs n-1 reduce-scatter steps and n-1 all-gather steps; in each step every rank
@@ -271,12 +275,41 @@ def ceiling_section(rows_, n, ceiling, cores):
     return lines + [""]
 
 
+def exchange_section(rows_, exchange, n, cores):
+    """The markdown section for n ranks against tcp_ring_exchange: the ring's traffic over plain sockets, no
+    reduction, at each size (buffers as large as the all-reduce's, so above the caches they live in DRAM)."""
+    ring = {r["bytes"]: r["busbw_GBps"] for r in exchange if r["ranks"] == n}
+    tcp = [r for r in rows_ if r["ranks"] == n and transport_class(r) == "tcp" and r["library"] != library]
+    mine = best(tcp, lambda r: r["library"] == "pdcoll")
+    base = best(tcp, lambda r: r["library"] != "pdcoll")
+    sizes = sorted(s for s in ring if s in mine)
+    if not sizes:
+        return []
+    note = f" — OVERSUBSCRIBED ({n} ranks on {cores} cores)" if n > cores else ""
+    lines = [f"## {n} ranks, TCP loopback: busbw / the ring's traffic over plain sockets{note}", "",
+             "bench/tcp_ring_exchange: the sends and receives of a ring all-reduce of the same size (1 MiB chunks, "
+             "pipelined across steps), no reduction, one blocking sender and one receiver thread per rank, in the "
+             "all-reduce's own buffer. A reference, not a bound: pdcoll's io_uring and libfabric paths beat "
+             "its thread handoffs where an operation takes a few hundred microseconds or less.", "",
+             "| size | ring exchange GB/s | best pdcoll GB/s | / exchange | best baseline GB/s | / exchange "
+             "| best pdcoll | best baseline |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for size in sizes:
+        b = f"{ratio_cell(base[size][0], ring[size])}" if size in base else "— | —"
+        lines.append(f"| {size_label(size)} | {ring[size]:.3f} | {ratio_cell(mine[size][0], ring[size])} | {b} | "
+                     f"{mine[size][1]} | {base[size][1] if size in base else '—'} |")
+    return lines + [""]
+
+
 def table(a):
     """The table command: one markdown section per measured rank count, on stdout."""
     rows_ = load(a.inputs)
     lines = ["# TCP loopback ceiling (ratio = busbw / one loopback stream's rate; see bench/tcp_ceiling.py)", ""]
     for n, ceiling in sorted(ceilings(a.measured).items()):
         lines += ceiling_section(rows_, n, ceiling, a.cores)
+    exchange = load(a.exchange) if a.exchange else []
+    for n in sorted({r["ranks"] for r in exchange}):
+        lines += exchange_section(rows_, exchange, n, a.cores)
     print("\n".join(lines))
     return 0
 
@@ -303,6 +336,8 @@ def main():
         p.add_argument("inputs", nargs="+", help="pdcoll-bench and baseline CSVs")
     sub.choices["rows"].add_argument("--out", required=True)
     sub.choices["table"].add_argument("--cores", type=int, default=1, help="CPU cores (for 'oversubscribed')")
+    sub.choices["table"].add_argument("--exchange", action="append", default=[],
+                                      help="a tcp_ring_exchange CSV (repeatable): a section per rank count")
     a = ap.parse_args()
     return {"measure": measure, "rows": rows, "table": table}[a.command](a)
 
