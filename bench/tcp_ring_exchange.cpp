@@ -26,13 +26,14 @@
 #include "bench_report.hpp"
 
 #include <pdcoll/algorithm/detail/partition.hpp>
+#include <pdcoll/bootstrap/detail/socket.hpp>
 #include <pdcoll/pdcoll.hpp>
 
 #include <CLI/CLI.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,57 +57,33 @@ constexpr std::size_t chunk_bytes = std::size_t{1} << 20;  // algo::ring's chunk
 
 [[noreturn]] void fail(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
-/// A socket descriptor, closed on destruction.
-struct socket_fd {
-  int fd = -1;
-  explicit socket_fd(int f = -1) noexcept : fd(f) {}
-  socket_fd(socket_fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-  socket_fd& operator=(socket_fd&& o) noexcept {
-    std::swap(fd, o.fd);
-    return *this;
-  }
-  ~socket_fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using pdcoll::bootstrap::detail::unique_fd;
 
-void set_nodelay(int fd) {
-  const int one = 1;
-  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) fail("setsockopt(TCP_NODELAY)");
-}
-
-/// The ring's two connections: to rank + 1 (sends) and from rank - 1 (receives).
+/// The ring's two connections, blocking: to rank + 1 (sends) and from rank - 1 (receives).
 struct ring_links {
-  socket_fd right, left;
+  unique_fd right, left;
 };
 
-ring_links connect_ring(pdcoll::job& job) {
+/// Connects every rank to rank + 1 over 127.0.0.1, the ports exchanged
+/// through the job's store; each wait ends within `timeout`.
+ring_links connect_ring(pdcoll::job& job, std::chrono::milliseconds timeout) {
+  namespace sock = pdcoll::bootstrap::detail;
   const int rank = job.rank(), n = job.world_size();
-  socket_fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (listener.fd < 0) fail("socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listener.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener.fd, 1) != 0)
-    fail("bind/listen on 127.0.0.1");
-  socklen_t len = sizeof a;
-  if (::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) fail("getsockname");
-  job.store().set("tcp_ring_exchange.port." + std::to_string(rank), std::to_string(ntohs(a.sin_port)));
-
+  const auto deadline = sock::clock::now() + timeout;
+  auto [listener, port] = sock::listen_on("127.0.0.1", 0, 1);
+  job.store().set("tcp_ring_exchange.port." + std::to_string(rank), std::to_string(port));
+  const auto right_port = static_cast<std::uint16_t>(
+      std::stoi(job.store().get("tcp_ring_exchange.port." + std::to_string((rank + 1) % n), timeout)));
   ring_links links;
-  const int right = (rank + 1) % n;
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(job.store().get("tcp_ring_exchange.port." + std::to_string(right)))));
-  links.right = socket_fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (links.right.fd < 0) fail("socket");
-  // The listen backlog holds the connection until the left neighbour accepts it.
-  if (::connect(links.right.fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) fail("connect to rank + 1");
-  links.left = socket_fd(::accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC));
-  if (links.left.fd < 0) fail("accept from rank - 1");
-  set_nodelay(links.right.fd);
-  set_nodelay(links.left.fd);
+  links.right = sock::connect_until("127.0.0.1", right_port, deadline, timeout);  // TCP_NODELAY set
+  pollfd p{listener.get(), POLLIN, 0};
+  if (::poll(&p, 1, sock::poll_timeout(deadline)) != 1) fail("no connection from rank - 1 in time");
+  links.left = unique_fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));  // blocking
+  if (!links.left) fail("accept from rank - 1");
+  const int one = 1;
+  if (::setsockopt(links.left.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) fail("setsockopt(TCP_NODELAY)");
+  const int flags = ::fcntl(links.right.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(links.right.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) fail("fcntl(O_NONBLOCK)");
   return links;
 }
 
@@ -176,7 +153,7 @@ class ring_exchange {
     int error = 0;
     for (std::size_t i = 0; i < plan.receives.size() && error == 0; ++i) {
       const piece& p = plan.receives[i];
-      error = transfer(links_.left.fd, buffer.data() + p.offset, p.size, /*send=*/false);
+      error = transfer(links_.left.get(), buffer.data() + p.offset, p.size, /*send=*/false);
       received_.store(i + 1, std::memory_order_release);
       received_.notify_one();
     }
@@ -225,7 +202,7 @@ class ring_exchange {
                got = received_.load(std::memory_order_acquire))
             received_.wait(got, std::memory_order_acquire);
         }
-        if ((error = transfer(links_.right.fd, buffer + p.offset, p.size, /*send=*/true)) != 0) break;
+        if ((error = transfer(links_.right.get(), buffer + p.offset, p.size, /*send=*/true)) != 0) break;
       }
       lock.lock();
       send_error_ = error;
@@ -277,7 +254,7 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("tcp_ring_exchange: one rank has no ring to measure\n");
       return 0;
     }
-    ring_links links = connect_ring(job);
+    ring_links links = connect_ring(job, std::chrono::seconds(60));
     std::unique_ptr<pdcoll::bench::report> report;
     if (rank == 0) {
       report = std::make_unique<pdcoll::bench::report>(
