@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # File: bench/compare.sh — pdcoll against Open MPI and Gloo, in one invocation:
 # float32 sum all-reduce (in-place rows), 2 and 4 ranks on this machine,
-#   pdcoll      libfabric shm, libfabric tcp, io_uring tcp   (pdcoll-bench, algo automatic)
+#   pdcoll      libfabric shm, libfabric tcp, io_uring tcp, io_uring tcp with one
+#               connection per direction   (pdcoll-bench, algo automatic)
 #   Open MPI    shared memory (btl self,vader), TCP loopback (btl self,tcp, lo)
 #   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
 #   tcp-ceiling the TCP loopback ceiling: n concurrent iperf3 streams for n ranks
@@ -154,7 +155,7 @@ exchange=("$raw"/exchange/*.csv)
 # One library's runs for R ranks: run_pdcoll R, run_openmpi R, run_gloo R.
 run_pdcoll() {
   local t algo what
-  for t in shm tcp uring; do
+  for t in shm tcp uring uring-directional; do
     for algo in $algos; do
       for what in $parts; do
         sizes "$what"

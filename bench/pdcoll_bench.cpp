@@ -414,8 +414,10 @@ int main(int argc, char** argv) {
                  "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct (sets PDCOLL_ALGO); "
                  "broadcast tree|chain; all_gather ring|recursive_doubling; reduce_scatter ring|recursive_halving")
       ->capture_default_str();
-  app.add_option("--transport", opt.transport, "shm|tcp (libfabric) or uring; sets PDCOLL_TRANSPORT/PDCOLL_PROVIDER")
-      ->check(CLI::IsMember({"shm", "tcp", "uring"}));
+  app.add_option("--transport", opt.transport,
+                 "shm|tcp (libfabric), uring, or uring-directional (uring with one connection per direction); "
+                 "sets PDCOLL_TRANSPORT/PDCOLL_PROVIDER/PDCOLL_URING_DIRECTIONAL")
+      ->check(CLI::IsMember({"shm", "tcp", "uring", "uring-directional"}));
   app.add_option("--domain", opt.domain, "buffer memory: host|emulated_device")
       ->capture_default_str()->check(CLI::IsMember({"host", "emulated_device"}));
   app.add_option("--json", opt.json, "also write the rows to this JSON file (rank 0)");
@@ -455,8 +457,9 @@ int main(int argc, char** argv) {
   if (opt.transport == "shm" || opt.transport == "tcp") {
     ::setenv("PDCOLL_TRANSPORT", "libfabric", 1);
     ::setenv("PDCOLL_PROVIDER", opt.transport.c_str(), 1);
-  } else if (opt.transport == "uring") {
+  } else if (opt.transport == "uring" || opt.transport == "uring-directional") {
     ::setenv("PDCOLL_TRANSPORT", "uring", 1);
+    ::setenv("PDCOLL_URING_DIRECTIONAL", opt.transport == "uring" ? "0" : "1", 1);
   }
   if (opt.collective == "all_reduce") {
     if (opt.algo == "automatic") {

@@ -36,6 +36,10 @@ struct job_options {
   /// zero-copy sends, from registered buffers where they lie in one
   /// (PDCOLL_URING_ZERO_COPY_BYTES; default 0, off: see uring_tcp/options.hpp).
   std::size_t uring_zero_copy_bytes = std::strtoull(env_or("PDCOLL_URING_ZERO_COPY_BYTES", "0").c_str(), nullptr, 10);
+  /// io_uring transport: one connection per direction between two ranks
+  /// (PDCOLL_URING_DIRECTIONAL=1; default off: see
+  /// uring_tcp::options::directional_connections).
+  bool uring_directional = env_or("PDCOLL_URING_DIRECTIONAL", "0") == "1";
 
   /// The variable's value, or `fallback` when unset or empty.
   static std::string env_or(const char* name, const char* fallback) {
@@ -74,6 +78,7 @@ class job {
       o.token = info.token;
       o.timeout = info.timeout;
       o.zero_copy_threshold = options.uring_zero_copy_bytes;
+      o.directional_connections = options.uring_directional;
       ep = transport::uring_tcp::make_endpoint(info.rank, info.world_size, exchange, o);
     } else {
       throw std::system_error(make_error_code(errc::invalid_argument),

@@ -45,6 +45,14 @@ foreach(entry IN LISTS PDCOLL_COLLECTIVES_TRANSPORTS)
     ENVIRONMENT "${environment}" LABELS "multiproc;collectives" TIMEOUT 120)
 endforeach()
 
+# The io_uring transport over one connection per direction (job.hpp's
+# PDCOLL_URING_DIRECTIONAL): the same checks, 4 ranks.
+add_test(NAME multiproc.collectives.uring_directional.n4
+         COMMAND ${PDCOLL_RUN} -n 4 --timeout 280 $<TARGET_FILE:multiproc_collectives> --test-case-exclude=mismatch*)
+set_tests_properties(multiproc.collectives.uring_directional.n4 PROPERTIES
+  ENVIRONMENT "PDCOLL_TRANSPORT=uring;PDCOLL_URING_DIRECTIONAL=1;PDCOLL_TIMEOUT_MS=30000"
+  LABELS "multiproc;collectives" TIMEOUT 300)
+
 # The io_uring transport with zero-copy sends from 4 KiB (job.hpp's
 # PDCOLL_URING_ZERO_COPY_BYTES): the same checks, 3 ranks.
 add_test(NAME multiproc.collectives.uring_zero_copy.n3

@@ -14,6 +14,11 @@ set(PDCOLL_URING_CASES
   "peer_killed|a peer killed with SIGKILL*|120"
   "store|the mesh builds through the bootstrap rendezvous store*|60"
   "bandwidth|bandwidth of 64 MiB transfers*|400")
+
+# Each case (but the bandwidth report) runs twice: over one connection per
+# pair, and over one per direction (options::directional_connections, read
+# from PDCOLL_URING_DIRECTIONAL by local_options()): data, matching, cancels
+# and a killed peer's loss with the two directions on different sockets.
 foreach(entry IN LISTS PDCOLL_URING_CASES)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 what)
@@ -21,4 +26,9 @@ foreach(entry IN LISTS PDCOLL_URING_CASES)
   list(GET parts 2 seconds)
   add_test(NAME multiproc.uring.${what} COMMAND uring_multiproc "--test-case=${filter}")
   set_tests_properties(multiproc.uring.${what} PROPERTIES LABELS "multiproc;uring" TIMEOUT ${seconds})
+  if(NOT what STREQUAL "bandwidth")
+    add_test(NAME multiproc.uring.directional.${what} COMMAND uring_multiproc "--test-case=${filter}")
+    set_tests_properties(multiproc.uring.directional.${what} PROPERTIES
+      ENVIRONMENT "PDCOLL_URING_DIRECTIONAL=1" LABELS "multiproc;uring" TIMEOUT ${seconds})
+  endif()
 endforeach()

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -32,11 +33,16 @@ namespace uring = pdcoll::transport::uring_tcp;
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+/// Loopback options; PDCOLL_URING_DIRECTIONAL=1 (as the job reads it) runs
+/// the cases over one connection per direction (uring.cmake's
+/// multiproc.uring.directional.* entries).
 uring::options local_options() {
   uring::options opts;
   opts.bind_address = "127.0.0.1";
   opts.token = "uring-multiproc";
   opts.timeout = 20s;
+  const char* directional = std::getenv("PDCOLL_URING_DIRECTIONAL");
+  opts.directional_connections = directional && std::strcmp(directional, "1") == 0;
   return opts;
 }
 
@@ -105,7 +111,10 @@ void expect_all_passed(const std::vector<pdcoll::test::rank_outcome>& outcomes) 
 TEST_CASE("ping-pong from 0 bytes to 64 MiB between two processes keeps every byte") {
   auto outcomes = pdcoll::test::run_ranks(2, [](int rank, int world, const address_exchange& exchange) {
     rank_checks check{rank};
-    auto ep = uring::make_endpoint(rank, world, exchange, local_options());
+    const uring::options opts = local_options();
+    auto ep = uring::make_endpoint(rank, world, exchange, opts);
+    check(ep->name() == (opts.directional_connections ? "uring_tcp:directional" : "uring_tcp"),
+          "the endpoint names its connection layout: " + ep->name());
     const int peer = 1 - rank;
     for (std::size_t size = 0; size <= (std::size_t{64} << 20); size = size ? size * 4 : 1) {
       auto expected = pattern(size, static_cast<unsigned>(size) + 1);

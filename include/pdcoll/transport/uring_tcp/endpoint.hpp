@@ -26,6 +26,13 @@
 // probed at run time); such a send completes after the kernel's
 // notification that it no longer reads the buffer.
 //
+// Directional connections (options::directional_connections): two
+// connections per pair, each carrying one direction. With one shared
+// socket a rank's long sendmsg owns the socket the peer's data arrives on,
+// which then waits in the socket's backlog until the send is done; two
+// sockets let both directions run at once. Everything else is unchanged:
+// `socket` sends and `inbound` receives, and a failure shuts both down.
+//
 // Registered buffers: register_region() puts a host range into the ring's
 // table of fixed buffers (detail/fixed_buffers.hpp). A zero-copy send whose
 // payload lies inside one goes out as two linked requests, the header as a
@@ -97,15 +104,24 @@ struct statistics {
 class tcp_endpoint final : public transport::endpoint {
  public:
   /// Takes over a connected mesh (`sockets[r]` connected to rank r, invalid
-  /// at `rank`) and sets up the ring. Throws std::system_error when
+  /// at `rank`) and sets up the ring. With directional connections,
+  /// `second` is a second such mesh: between two ranks, the lower one sends
+  /// on the first mesh's connection and the higher one on the second's, and
+  /// each receives on the other. Throws std::system_error when
   /// io_uring_queue_init fails (e.g. ENOMEM from RLIMIT_MEMLOCK, EPERM when
   /// io_uring is disabled by sysctl or seccomp).
-  tcp_endpoint(int rank, int world_size, std::vector<detail::file_descriptor> sockets, const options& opts)
+  tcp_endpoint(int rank, int world_size, std::vector<detail::file_descriptor> sockets, const options& opts,
+               std::vector<detail::file_descriptor> second = {})
       : rank_(rank),
         world_size_(world_size),
         zero_copy_threshold_(opts.zero_copy_threshold),
         poll_before_sleep_(opts.poll_before_sleep),
-        fixed_(opts.fixed_buffer_slots, opts.fixed_buffer_bytes) {
+        fixed_(opts.fixed_buffer_slots, opts.fixed_buffer_bytes),
+        directional_(!second.empty()) {
+    if (directional_ && second.size() != static_cast<std::size_t>(world_size)) {
+      detail::throw_pdcoll(errc::invalid_argument, "second mesh of " + std::to_string(second.size()) +
+                                                       " sockets for " + std::to_string(world_size) + " ranks");
+    }
     std::size_t staging = std::max<std::size_t>(opts.staging_bytes, 4096);
     in_place_threshold_ = staging / 4;
     peers_.reserve(static_cast<std::size_t>(world_size));
@@ -114,6 +130,10 @@ class tcp_endpoint final : public transport::endpoint {
       link->rank = r;
       if (r != rank) {
         link->socket = std::move(sockets[static_cast<std::size_t>(r)]);
+        if (directional_) {
+          link->inbound = std::move(second[static_cast<std::size_t>(r)]);
+          if (rank > r) std::swap(link->socket, link->inbound);
+        }
         link->staging.reset(new std::byte[staging]);
         link->staging_capacity = staging;
         ++alive_;
@@ -184,7 +204,8 @@ class tcp_endpoint final : public transport::endpoint {
 
   int rank() const noexcept override { return rank_; }
   int world_size() const noexcept override { return world_size_; }
-  std::string name() const override { return "uring_tcp"; }
+  /// "uring_tcp", or "uring_tcp:directional" with one connection per direction.
+  std::string name() const override { return directional_ ? "uring_tcp:directional" : "uring_tcp"; }
 
   /// Whether this kernel offers IORING_OP_SENDMSG_ZC (probed at creation).
   bool zero_copy_supported() const noexcept { return zero_copy_supported_; }
@@ -890,7 +911,7 @@ class tcp_endpoint final : public transport::endpoint {
       return;
     }
     link.send_broken = true;
-    ::shutdown(link.socket.get(), SHUT_RDWR);
+    link.shut_down();
     fail_sends(link, make_error_code(errc::peer_lost));
   }
 
@@ -913,7 +934,7 @@ class tcp_endpoint final : public transport::endpoint {
       link.lost = true;
       link.loss = error;
       // shutdown(2) makes the recv and any blocked send return promptly.
-      if (link.socket.valid()) ::shutdown(link.socket.get(), SHUT_RDWR);
+      link.shut_down();
       --alive_;
       while (auto* op = link.posted.pop_front()) complete(op, {error, 0, op->tag, link.rank});
       if (alive_ == 0) {
@@ -1014,7 +1035,7 @@ class tcp_endpoint final : public transport::endpoint {
     }
     io_uring_sqe* sqe = next_sqe();
     if (!sqe) return;
-    io_uring_prep_recv(sqe, link.socket.get(), buffer, length, 0);
+    io_uring_prep_recv(sqe, link.receive_socket(), buffer, length, 0);
     io_uring_sqe_set_data(sqe, &link.recv_slot);
     link.recv_in_flight = true;
     link.recv_in_place = in_place;
@@ -1128,6 +1149,7 @@ class tcp_endpoint final : public transport::endpoint {
   std::vector<std::unique_ptr<peer_link>> peers_;
   int alive_ = 0;  ///< remote peers not lost
   bool closed_ = false;  ///< close() ran: nothing more is posted
+  bool directional_ = false;  ///< one connection per direction (options::directional_connections)
   detail::intrusive_list<operation> any_posted_;
   detail::intrusive_list<operation> ready_;
   detail::intrusive_list<operation> free_;
@@ -1142,7 +1164,8 @@ class tcp_endpoint final : public transport::endpoint {
 /// "host:port" through `exchange`, connects the full mesh (this rank
 /// connects to every higher rank and accepts every lower one, checking the
 /// job token), then sets up the io_uring. Costs world_size - 1 connections
-/// and 64 KiB of staging per peer. Blocks until the mesh is built or
+/// and 64 KiB of staging per peer; with opts.directional_connections, a
+/// second listener, exchange round and mesh, so twice the connections. Blocks until the mesh is built or
 /// `opts.timeout` passes.
 ///
 /// Throws std::system_error: errc::invalid_argument (rank, world size, token
@@ -1175,7 +1198,20 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
   }
   auto sockets = detail::connect_mesh(rank, world_size, listening.socket, addresses, opts.token,
                                       opts.socket_buffer_bytes, deadline);
-  return std::make_unique<tcp_endpoint>(rank, world_size, std::move(sockets), opts);
+  std::vector<detail::file_descriptor> second;
+  if (opts.directional_connections) {
+    // A listener of its own: a rank already building this mesh must not be
+    // taken for a rank still connecting the first.
+    detail::listener again = detail::make_listener(bind, world_size + 16, opts.socket_buffer_bytes);
+    std::vector<std::string> more = exchange(again.advertised);
+    if (more.size() != static_cast<std::size_t>(world_size)) {
+      detail::throw_pdcoll(errc::bootstrap, "second address exchange returned " + std::to_string(more.size()) +
+                                                " addresses for " + std::to_string(world_size) + " ranks");
+    }
+    second = detail::connect_mesh(rank, world_size, again.socket, more, opts.token, opts.socket_buffer_bytes,
+                                  deadline);
+  }
+  return std::make_unique<tcp_endpoint>(rank, world_size, std::move(sockets), opts, std::move(second));
 }
 
 }  // namespace pdcoll::transport::uring_tcp

@@ -26,6 +26,20 @@ struct options {
   /// SO_SNDBUF and SO_RCVBUF of every connection; 0 keeps the kernel's
   /// autotuning. The kernel caps the value at net.core.{w,r}mem_max.
   int socket_buffer_bytes = 0;
+  /// Two connections per pair of ranks, one per direction, instead of one
+  /// carrying both. On loopback one shared socket serialises the two
+  /// directions: a rank's long sendmsg holds the socket that the peer's
+  /// data arrives on, so that data waits in the socket's backlog until the
+  /// send is done. Measured on the reference machine (pdcoll-bench, io_uring,
+  /// float sum, in place, the two settings alternated in one invocation):
+  /// bus bandwidth 1.2-1.3x at 4-16 MiB on 2 ranks and 1.3-2.8x at
+  /// 256 KiB-1 MiB on 4 ranks (on 2 cores), even from 64 MiB; but 8- and
+  /// 64-byte all-reduces take about 1 us more (3.5 against 4.7 us on 2
+  /// ranks), as every message then needs an acknowledgement of its own.
+  /// Costs world_size - 1 more connections and one more address exchange.
+  /// Every rank must use the same value. Off by default (the job's
+  /// PDCOLL_URING_DIRECTIONAL=1 turns it on).
+  bool directional_connections = false;
   /// Payloads of at least this many bytes go out with IORING_OP_SENDMSG_ZC
   /// when the kernel supports it (probed at run time); 0 never uses it. Off by
   /// default: on loopback the kernel copies zero-copy pages anyway and the

@@ -100,7 +100,10 @@ inline constexpr std::size_t coalesce_bytes = 1u << 20;
 /// One connection (or, at this rank's own index, the loop-back queue).
 struct peer_link {
   int rank = -1;
-  file_descriptor socket;  ///< invalid for this rank itself
+  file_descriptor socket;  ///< invalid for this rank itself; with directional connections, sends only
+  /// With directional connections (options::directional_connections), the
+  /// connection this rank receives on; invalid otherwise (socket does both).
+  file_descriptor inbound;
   bool lost = false;
   std::error_code loss;    ///< why it was lost
 
@@ -141,6 +144,14 @@ struct peer_link {
 
   intrusive_list<operation> posted;           ///< receives posted for this peer
   intrusive_list<unexpected_message> unexpected;
+
+  /// The socket this rank receives from the peer on.
+  int receive_socket() const noexcept { return inbound.valid() ? inbound.get() : socket.get(); }
+  /// shutdown(2) of both directions of every connection to the peer.
+  void shut_down() const noexcept {
+    if (socket.valid()) ::shutdown(socket.get(), SHUT_RDWR);
+    if (inbound.valid()) ::shutdown(inbound.get(), SHUT_RDWR);
+  }
 };
 
 }  // namespace pdcoll::transport::uring_tcp::detail
