@@ -88,8 +88,13 @@ TEST_CASE("uring_tcp reports host-staged paths and needs no registration") {
 }
 
 TEST_CASE("two uring_tcp ranks exchange messages from 0 bytes to 4 MiB with data intact") {
-  auto world = make_world(2);
+  // Both ways at once, over one connection per pair and over one per direction.
+  bool directional = false;
+  SUBCASE("one connection per pair") { directional = false; }
+  SUBCASE("one connection per direction") { directional = true; }
+  auto world = make_world(2, {.bind_address = "127.0.0.1", .directional_connections = directional});
   auto eps = raw(world);
+  CHECK(eps[0]->name() == (directional ? "uring_tcp:directional" : "uring_tcp"));
   for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{4095},
                            std::size_t{16384}, std::size_t{65536}, std::size_t{65537}, std::size_t{1} << 20,
                            std::size_t{4} << 20}) {
@@ -452,6 +457,31 @@ TEST_CASE("a rank with a different job token is refused and setup fails by its d
   for (auto& t : ranks) t.join();
   CHECK(errors[0] == errc::unauthenticated);  // rank 1 closed its handshake
   CHECK(errors[1] == errc::timeout);          // rank 0 never authenticated
+}
+
+TEST_CASE("ranks that disagree on directional connections fail setup with a bootstrap error naming it") {
+  local_exchange exchange(2);
+  std::error_code errors[2];
+  std::string messages[2];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    ranks[r] = std::thread([&, r] {
+      uring::options opts{.bind_address = "127.0.0.1", .token = "job-1", .timeout = std::chrono::seconds(5),
+                          .directional_connections = r == 1};
+      try {
+        auto ep = uring::make_endpoint(r, 2, exchange.for_rank(r), opts);
+      } catch (const std::system_error& e) {
+        errors[r] = e.code();
+        messages[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r] == errc::bootstrap);
+    CHECK(messages[r].find("PDCOLL_URING_DIRECTIONAL") != std::string::npos);
+  }
 }
 
 TEST_CASE("a stranger connecting with garbage is dropped and the mesh still forms") {

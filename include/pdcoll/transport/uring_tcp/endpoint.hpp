@@ -70,6 +70,7 @@
 #include <deque>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -1164,8 +1165,10 @@ class tcp_endpoint final : public transport::endpoint {
 /// "host:port" through `exchange`, connects the full mesh (this rank
 /// connects to every higher rank and accepts every lower one, checking the
 /// job token), then sets up the io_uring. Costs world_size - 1 connections
-/// and 64 KiB of staging per peer; with opts.directional_connections, a
-/// second listener, exchange round and mesh, so twice the connections. Blocks until the mesh is built or
+/// and 64 KiB of staging per peer; with opts.directional_connections (and
+/// more than one rank), a second listener and mesh, its address published
+/// in the same exchange: twice the connections. Ranks that disagree on
+/// directional_connections fail with errc::bootstrap. Blocks until the mesh is built or
 /// `opts.timeout` passes.
 ///
 /// Throws std::system_error: errc::invalid_argument (rank, world size, token
@@ -1191,25 +1194,41 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
     if (const char* from_environment = std::getenv("PDCOLL_URING_BIND")) bind = from_environment;
   }
   detail::listener listening = detail::make_listener(bind, world_size + 16, opts.socket_buffer_bytes);
-  std::vector<std::string> addresses = exchange(listening.advertised);
-  if (addresses.size() != static_cast<std::size_t>(world_size)) {
-    detail::throw_pdcoll(errc::bootstrap, "address exchange returned " + std::to_string(addresses.size()) +
+  // Directional connections: a second listener for the second mesh (a rank
+  // already building it must not be taken for a rank still connecting the
+  // first), both addresses published in the one exchange round,
+  // comma-separated, so a rank set differently is caught here.
+  const std::size_t meshes = opts.directional_connections && world_size > 1 ? 2 : 1;
+  std::optional<detail::listener> second_listening;
+  std::string mine = listening.advertised;
+  if (meshes == 2) {
+    second_listening.emplace(detail::make_listener(bind, world_size + 16, opts.socket_buffer_bytes));
+    mine += "," + second_listening->advertised;
+  }
+  const std::vector<std::string> published = exchange(mine);
+  if (published.size() != static_cast<std::size_t>(world_size)) {
+    detail::throw_pdcoll(errc::bootstrap, "address exchange returned " + std::to_string(published.size()) +
                                               " addresses for " + std::to_string(world_size) + " ranks");
   }
-  auto sockets = detail::connect_mesh(rank, world_size, listening.socket, addresses, opts.token,
+  std::vector<std::string> addresses[2];
+  for (std::size_t q = 0; q < published.size(); ++q) {
+    const std::size_t comma = published[q].find(',');
+    const std::size_t listed = comma == std::string::npos ? 1 : 2;
+    if (listed != meshes || (comma != std::string::npos && published[q].find(',', comma + 1) != std::string::npos)) {
+      detail::throw_pdcoll(errc::bootstrap, "rank " + std::to_string(q) + " published '" + published[q] +
+                                                "' and this rank " + std::to_string(meshes) +
+                                                " address(es): every rank must set the same "
+                                                "directional_connections (PDCOLL_URING_DIRECTIONAL)");
+    }
+    addresses[0].push_back(published[q].substr(0, comma));
+    if (meshes == 2) addresses[1].push_back(published[q].substr(comma + 1));
+  }
+  auto sockets = detail::connect_mesh(rank, world_size, listening.socket, addresses[0], opts.token,
                                       opts.socket_buffer_bytes, deadline);
   std::vector<detail::file_descriptor> second;
-  if (opts.directional_connections) {
-    // A listener of its own: a rank already building this mesh must not be
-    // taken for a rank still connecting the first.
-    detail::listener again = detail::make_listener(bind, world_size + 16, opts.socket_buffer_bytes);
-    std::vector<std::string> more = exchange(again.advertised);
-    if (more.size() != static_cast<std::size_t>(world_size)) {
-      detail::throw_pdcoll(errc::bootstrap, "second address exchange returned " + std::to_string(more.size()) +
-                                                " addresses for " + std::to_string(world_size) + " ranks");
-    }
-    second = detail::connect_mesh(rank, world_size, again.socket, more, opts.token, opts.socket_buffer_bytes,
-                                  deadline);
+  if (second_listening) {
+    second = detail::connect_mesh(rank, world_size, second_listening->socket, addresses[1], opts.token,
+                                  opts.socket_buffer_bytes, deadline);
   }
   return std::make_unique<tcp_endpoint>(rank, world_size, std::move(sockets), opts, std::move(second));
 }

@@ -36,7 +36,7 @@ struct options {
   /// 256 KiB-1 MiB on 4 ranks (on 2 cores), even from 64 MiB; but 8- and
   /// 64-byte all-reduces take about 1 us more (3.5 against 4.7 us on 2
   /// ranks), as every message then needs an acknowledgement of its own.
-  /// Costs world_size - 1 more connections and one more address exchange.
+  /// Costs world_size - 1 more connections and one more listening port.
   /// Every rank must use the same value. Off by default (the job's
   /// PDCOLL_URING_DIRECTIONAL=1 turns it on).
   bool directional_connections = false;
