@@ -110,7 +110,9 @@ class tcp_endpoint final : public transport::endpoint {
   /// on the first mesh's connection and the higher one on the second's, and
   /// each receives on the other. Throws std::system_error when
   /// io_uring_queue_init fails (e.g. ENOMEM from RLIMIT_MEMLOCK, EPERM when
-  /// io_uring is disabled by sysctl or seccomp).
+  /// io_uring is disabled by sysctl or seccomp), and with
+  /// errc::invalid_argument when `second` is neither empty nor one socket
+  /// slot per rank.
   tcp_endpoint(int rank, int world_size, std::vector<detail::file_descriptor> sockets, const options& opts,
                std::vector<detail::file_descriptor> second = {})
       : rank_(rank),
@@ -1168,8 +1170,8 @@ class tcp_endpoint final : public transport::endpoint {
 /// and 64 KiB of staging per peer; with opts.directional_connections (and
 /// more than one rank), a second listener and mesh, its address published
 /// in the same exchange: twice the connections. Ranks that disagree on
-/// directional_connections fail with errc::bootstrap. Blocks until the mesh is built or
-/// `opts.timeout` passes.
+/// directional_connections fail with errc::bootstrap. Blocks until the
+/// meshes are built or `opts.timeout` passes.
 ///
 /// Throws std::system_error: errc::invalid_argument (rank, world size, token
 /// too long), errc::timeout (deadline), errc::unauthenticated (a higher rank

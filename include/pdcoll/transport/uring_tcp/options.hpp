@@ -31,11 +31,13 @@ struct options {
   /// directions: a rank's long sendmsg holds the socket that the peer's
   /// data arrives on, so that data waits in the socket's backlog until the
   /// send is done. Measured on the reference machine (pdcoll-bench, io_uring,
-  /// float sum, in place, the two settings alternated in one invocation):
-  /// bus bandwidth 1.2-1.3x at 4-16 MiB on 2 ranks and 1.3-2.8x at
-  /// 256 KiB-1 MiB on 4 ranks (on 2 cores), even from 64 MiB; but 8- and
-  /// 64-byte all-reduces take about 1 us more (3.5 against 4.7 us on 2
-  /// ranks), as every message then needs an acknowledgement of its own.
+  /// float sum, in place, both settings in one invocation): bus bandwidth
+  /// on 2 ranks 1.2-1.5x at 1-16 MiB (bench/compare.sh: 1.49x, 1.36x,
+  /// 1.17x at 1, 4, 16 MiB), even from 64 MiB; on 4 ranks (on 2 cores)
+  /// about 1.1x at 1-4 MiB, and at 256 KiB anywhere from 0.6x to 2.8x from
+  /// run to run. But 8- and 64-byte all-reduces take about 1.2 us more
+  /// (4.7 against 3.5 us on 2 ranks), as every message then needs an
+  /// acknowledgement of its own.
   /// Costs world_size - 1 more connections and one more listening port.
   /// Every rank must use the same value. Off by default (the job's
   /// PDCOLL_URING_DIRECTIONAL=1 turns it on).
