@@ -40,6 +40,11 @@ struct job_options {
   /// (PDCOLL_URING_DIRECTIONAL=1; default off: see
   /// uring_tcp::options::directional_connections).
   bool uring_directional = env_or("PDCOLL_URING_DIRECTIONAL", "0") == "1";
+  /// io_uring transport: TCP congestion control of its connections
+  /// (PDCOLL_URING_CONGESTION; default "": CUBIC within one host, else the
+  /// system's; "system" never changes it; see
+  /// uring_tcp::options::congestion_control).
+  std::string uring_congestion = env_or("PDCOLL_URING_CONGESTION", "");
 
   /// The variable's value, or `fallback` when unset or empty.
   static std::string env_or(const char* name, const char* fallback) {
@@ -79,6 +84,7 @@ class job {
       o.timeout = info.timeout;
       o.zero_copy_threshold = options.uring_zero_copy_bytes;
       o.directional_connections = options.uring_directional;
+      o.congestion_control = options.uring_congestion;
       ep = transport::uring_tcp::make_endpoint(info.rank, info.world_size, exchange, o);
     } else {
       throw std::system_error(make_error_code(errc::invalid_argument),

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 
@@ -437,6 +440,103 @@ TEST_CASE("wait blocks until its deadline when nothing arrives and returns early
   CHECK(arrived);
   CHECK(clock_type::now() - start < std::chrono::seconds(2));
   CHECK(got == 4);
+}
+
+namespace {
+/// First line of a /proc/sys file ("" when unreadable).
+std::string sysctl_line(const char* path) {
+  std::string line;
+  if (FILE* f = std::fopen(path, "r")) {
+    char buffer[256] = {};
+    if (std::fgets(buffer, sizeof buffer, f)) line = buffer;
+    std::fclose(f);
+  }
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+}  // namespace
+
+TEST_CASE("loopback connections use CUBIC by default, the system's choice or a named one on request") {
+  const std::string system = sysctl_line("/proc/sys/net/ipv4/tcp_congestion_control");
+  const std::string available = " " + sysctl_line("/proc/sys/net/ipv4/tcp_available_congestion_control") + " ";
+  REQUIRE_FALSE(system.empty());
+  // CUBIC is Linux's own default; a kernel without it cannot run this case.
+  REQUIRE(available.find(" cubic ") != std::string::npos);
+  struct setting {
+    std::string option, expected;
+  };
+  for (const auto& [option, expected] : {setting{"", "cubic"}, setting{"system", system}, setting{"reno", "reno"}}) {
+    for (bool directional : {false, true}) {
+      CAPTURE(option);
+      CAPTURE(directional);
+      auto world = make_world(2, {.bind_address = "127.0.0.1",
+                                  .directional_connections = directional,
+                                  .congestion_control = option});
+      // Rank 0 sends on the first mesh's connection, rank 1 on the second's.
+      for (int r = 0; r < 2; ++r) {
+        auto& ep = static_cast<uring::tcp_endpoint&>(*world[static_cast<std::size_t>(r)]);
+        CHECK(ep.congestion_control(1 - r) == expected);
+        CHECK(ep.congestion_control(r).empty());
+        CHECK(ep.congestion_control(2).empty());
+      }
+      // Data still flows.
+      auto eps = raw(world);
+      std::vector<unsigned char> out = pattern(1 << 20, 9), in(1 << 20);
+      recorder s, rv;
+      REQUIRE_FALSE(eps[1]->post_recv(0, in.data(), in.size(), 7, 0, nullptr, &rv));
+      REQUIRE_FALSE(eps[0]->post_send(1, out.data(), out.size(), 7, nullptr, &s));
+      REQUIRE(drive(eps, [&] { return s.done() && rv.done(); }));
+      CHECK(in == out);
+    }
+  }
+}
+
+TEST_CASE("a congestion control the kernel does not offer fails setup with its errno and the name") {
+  std::string message;
+  std::error_code error;
+  try {
+    make_world(2, {.bind_address = "127.0.0.1", .timeout = std::chrono::seconds(5), .congestion_control = "no-such-cc"});
+  } catch (const std::system_error& e) {
+    error = e.code();
+    message = e.what();
+  }
+  CHECK(error == std::errc::no_such_file_or_directory);
+  CHECK(message.find("no-such-cc") != std::string::npos);
+}
+
+TEST_CASE("same_host: loopback and a shared address stay on the host, a non-IP socket is not judged") {
+  // 127.0.0.1 to 127.0.0.2: different addresses, both loopback.
+  uring::detail::file_descriptor server(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(server.valid());
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2
+  REQUIRE(::bind(server.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(server.get(), 1) == 0);
+  socklen_t length = sizeof address;
+  REQUIRE(::getsockname(server.get(), reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  uring::detail::file_descriptor client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(0x7f000001);
+  REQUIRE(::bind(client.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) == 0);
+  REQUIRE(::connect(client.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  uring::detail::file_descriptor accepted(::accept(server.get(), nullptr, nullptr));
+  REQUIRE(accepted.valid());
+  CHECK(uring::detail::same_host(client.get()));
+  CHECK(uring::detail::same_host(accepted.get()));
+  // The default sets CUBIC there; "system" leaves the socket as it was.
+  const std::string before = uring::detail::congestion_control_of(accepted.get());
+  uring::detail::apply_congestion_control(accepted.get(), "system");
+  CHECK(uring::detail::congestion_control_of(accepted.get()) == before);
+  uring::detail::apply_congestion_control(client.get(), "");
+  CHECK(uring::detail::congestion_control_of(client.get()) == "cubic");
+  // Neither a listening socket (no peer) nor a UNIX socket is judged to stay on the host.
+  CHECK_FALSE(uring::detail::same_host(server.get()));
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  uring::detail::file_descriptor a(pair[0]), b(pair[1]);
+  CHECK_FALSE(uring::detail::same_host(a.get()));
 }
 
 TEST_CASE("a rank with a different job token is refused and setup fails by its deadline") {

@@ -78,6 +78,7 @@
 #include "pdcoll/detail/log.hpp"
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/endpoint.hpp"
+#include "pdcoll/transport/uring_tcp/detail/congestion.hpp"
 #include "pdcoll/transport/uring_tcp/detail/fixed_buffers.hpp"
 #include "pdcoll/transport/uring_tcp/detail/mesh.hpp"
 #include "pdcoll/transport/uring_tcp/detail/state.hpp"
@@ -209,6 +210,16 @@ class tcp_endpoint final : public transport::endpoint {
   int world_size() const noexcept override { return world_size_; }
   /// "uring_tcp", or "uring_tcp:directional" with one connection per direction.
   std::string name() const override { return directional_ ? "uring_tcp:directional" : "uring_tcp"; }
+
+  /// The TCP congestion control of the connection(s) to `peer`, as the
+  /// kernel reports it ("cubic", "bbr", ...; options::congestion_control);
+  /// "" for this rank or a rank out of range. With directional connections
+  /// the connection this rank sends on (both get the same setting).
+  std::string congestion_control(int peer) const {
+    if (peer < 0 || peer >= world_size_ || peer == rank_) return {};
+    const auto& link = *peers_[static_cast<std::size_t>(peer)];
+    return link.socket.valid() ? detail::congestion_control_of(link.socket.get()) : std::string{};
+  }
 
   /// Whether this kernel offers IORING_OP_SENDMSG_ZC (probed at creation).
   bool zero_copy_supported() const noexcept { return zero_copy_supported_; }
@@ -1232,6 +1243,9 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
     second = detail::connect_mesh(rank, world_size, second_listening->socket, addresses[1], opts.token,
                                   opts.socket_buffer_bytes, deadline);
   }
+  for (const auto* mesh : {&sockets, &second})
+    for (const auto& socket : *mesh)
+      if (socket.valid()) detail::apply_congestion_control(socket.get(), opts.congestion_control);
   return std::make_unique<tcp_endpoint>(rank, world_size, std::move(sockets), opts, std::move(second));
 }
 

@@ -42,6 +42,22 @@ struct options {
   /// Every rank must use the same value. Off by default (the job's
   /// PDCOLL_URING_DIRECTIONAL=1 turns it on).
   bool directional_connections = false;
+  /// TCP congestion control of every connection (setsockopt TCP_CONGESTION,
+  /// detail/congestion.hpp). Empty, the default: CUBIC on connections whose
+  /// two ends share one IP address (the traffic never leaves the host) and
+  /// the system's choice on the others; "system": the system's choice on
+  /// all; any other name ("cubic", "reno", "bbr", "dctcp", ...): that one on
+  /// all, and setup throws std::system_error if the kernel refuses it. The
+  /// default exists because BBR, the system default on many cloud images,
+  /// paces each connection from a timer even on loopback, where nothing
+  /// needs pacing. Measured on the reference machine (system default BBR;
+  /// pdcoll-bench, io_uring, float sum, in place, the default and "system"
+  /// alternated, medians of 3 rounds): bus bandwidth on 2 ranks 1.9x at
+  /// 4 MiB, 1.6x at 16 MiB, 1.2-1.5x at 64 MiB (one connection per pair /
+  /// per direction), but 0.8x at 1 MiB; on 4 ranks (on 2 cores) 1.1-1.65x
+  /// from 4 MiB, 0.8x at 1 MiB; 8-byte all-reduces no slower.
+  /// The job's PDCOLL_URING_CONGESTION sets it.
+  std::string congestion_control;
   /// Payloads of at least this many bytes go out with IORING_OP_SENDMSG_ZC
   /// when the kernel supports it (probed at run time); 0 never uses it. Off by
   /// default: on loopback the kernel copies zero-copy pages anyway and the
