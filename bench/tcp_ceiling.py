@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/tcp_ceiling.py — the TCP loopback ceiling that bench/compare.sh holds pdcoll's TCP rows against.
 
-    python3 bench/tcp_ceiling.py measure --ranks "2 4" --lengths "16K 128K 1M" --seconds 3 --out tcp_ceiling.csv
+    python3 bench/tcp_ceiling.py measure --ranks "2 4" --lengths "16K 128K 1M" --seconds 3 [--congestion cubic] --out tcp_ceiling.csv
     python3 bench/tcp_ceiling.py rows  --measured tcp_ceiling.csv --out ceiling_rows.csv run1.csv run2.csv ...
     python3 bench/tcp_ceiling.py table --measured tcp_ceiling.csv --cores 2 [--exchange ring-n2.csv ...] run1.csv ... >> compare.md
 
@@ -18,8 +18,12 @@ measure  For each rank count n and write size (-l), runs n TCP streams on
          well below what the loopback carries (on the 2-core development VM
          about 0.8 GB/s per direction against 2 GB/s and more with separate
          processes; bench/results has pdcoll at 2 GB/s busbw for 256 MiB on
-         2 ranks). The ceiling is the best of both. Without iperf3 it says so and writes
-         nothing; it never fails the caller.
+         2 ranks). The ceiling is the best of both. The streams use CUBIC
+         (iperf3 -C; --congestion system keeps the kernel's choice), as
+         pdcoll's io_uring connections do on one host: under BBR's pacing
+         the loopback carries less, and a ceiling must be the best case.
+         Without iperf3 it says so and writes nothing; it never fails the
+         caller.
 rows     The ceiling as bench_report CSV rows (library "tcp-ceiling", transport
          tcp) at every size the TCP runs of the inputs have, so that
          bench/plot.py draws it as a flat reference line on each rank panel.
@@ -144,13 +148,14 @@ def client_options(method, ranks):
     return [["-R"] if i % 2 else [] for i in range(ranks)]
 
 
-def run_streams(iperf3, options, length, seconds):
+def run_streams(iperf3, options, length, seconds, congestion):
     """One iperf3 client/server pair per entry of options, all at once; returns (write bytes, {stream: GB/s})."""
+    congestion_flag = [] if congestion == "system" else ["-C", congestion]
     procs = []
     with tempfile.TemporaryDirectory(prefix="tcp-ceiling.") as workdir:
         try:
             ports = [start_server(iperf3, workdir, procs) for _ in options]
-            started = [subprocess.Popen([iperf3, "-c", "127.0.0.1", "-p", str(port), *extra, "-t", str(seconds),
+            started = [subprocess.Popen([iperf3, "-c", "127.0.0.1", "-p", str(port), *extra, *congestion_flag, "-t", str(seconds),
                                          "-l", length, "--json", "--connect-timeout", "3000"],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                         preexec_fn=die_with_parent)
@@ -188,7 +193,7 @@ def measure(a):
             for method in methods:
                 options = client_options(method, n)
                 try:
-                    write_bytes, rates = run_streams(iperf3, options, length, a.seconds)
+                    write_bytes, rates = run_streams(iperf3, options, length, a.seconds, a.congestion)
                 except measurement_failed as e:
                     print(f"tcp_ceiling: {n} ranks, {method}, -l {length}: {e}; left out")
                     continue
@@ -329,6 +334,8 @@ def main():
     m.add_argument("--ranks", default="2 4", help="rank counts, space separated")
     m.add_argument("--lengths", default="16K 128K 1M", help="iperf3 -l write sizes, space separated")
     m.add_argument("--seconds", type=int, default=3, help="iperf3 -t per write size")
+    m.add_argument("--congestion", default="cubic",
+                   help="TCP congestion control of the streams (iperf3 -C), or 'system' for the kernel's")
     m.add_argument("--out", required=True)
     for name, helptext in (("rows", "the ceiling as bench_report CSV rows"), ("table", "the markdown ratios")):
         p = sub.add_parser(name, help=helptext)

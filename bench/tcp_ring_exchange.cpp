@@ -9,8 +9,11 @@
 // step t has arrived (the ring's pipeline). Everything lands in place in
 // the S-byte buffer, so above the caches the bytes come from and go to
 // DRAM, as a real all-reduce's do. One thread per rank sends and another
-// receives, blocking, on plain sockets with TCP_NODELAY and the kernel's
-// buffer autotuning: what the loopback does for a ring at best.
+// receives, blocking, on plain sockets with TCP_NODELAY, the kernel's
+// buffer autotuning and the congestion control pdcoll's io_uring transport
+// picks on one host (CUBIC; --congestion system keeps the kernel's, e.g.
+// BBR, whose pacing takes large sizes to about half): what the loopback
+// does for a ring at best.
 // bench/tcp_ceiling.py's iperf3 streams write one buffer of at most 1 MiB
 // over and over, which stays in cache; this one shows where large buffers
 // take the ceiling down, so compare.sh sets pdcoll's TCP rows against both.
@@ -28,6 +31,7 @@
 #include <pdcoll/algorithm/detail/partition.hpp>
 #include <pdcoll/bootstrap/detail/socket.hpp>
 #include <pdcoll/pdcoll.hpp>
+#include <pdcoll/transport/uring_tcp/detail/congestion.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -66,7 +70,7 @@ struct ring_links {
 
 /// Connects every rank to rank + 1 over 127.0.0.1, the ports exchanged
 /// through the job's store; each wait ends within `timeout`.
-ring_links connect_ring(pdcoll::job& job, std::chrono::milliseconds timeout) {
+ring_links connect_ring(pdcoll::job& job, std::chrono::milliseconds timeout, const std::string& congestion) {
   namespace sock = pdcoll::bootstrap::detail;
   const int rank = job.rank(), n = job.world_size();
   const auto deadline = sock::clock::now() + timeout;
@@ -82,6 +86,8 @@ ring_links connect_ring(pdcoll::job& job, std::chrono::milliseconds timeout) {
   if (!links.left) fail("accept from rank - 1");
   const int one = 1;
   if (::setsockopt(links.left.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) fail("setsockopt(TCP_NODELAY)");
+  for (const auto* fd : {&links.right, &links.left})
+    pdcoll::transport::uring_tcp::detail::apply_congestion_control(fd->get(), congestion);
   const int flags = ::fcntl(links.right.get(), F_GETFL);
   if (flags < 0 || ::fcntl(links.right.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) fail("fcntl(O_NONBLOCK)");
   return links;
@@ -224,7 +230,7 @@ class ring_exchange {
 };
 
 struct options {
-  std::string min_bytes = "4K", max_bytes = "256M", timing = "median", csv, json;
+  std::string min_bytes = "4K", max_bytes = "256M", timing = "median", csv, json, congestion;
   double factor = 2;
   int iters = 20, warmup = 5;
 };
@@ -243,6 +249,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"median", "mean"}));
   app.add_option("--csv", o.csv, "also write the rows to this CSV file (rank 0)");
   app.add_option("--json", o.json, "also write the rows to this JSON file (rank 0)");
+  app.add_option("--congestion", o.congestion,
+                 "TCP congestion control: empty for the io_uring transport's default (CUBIC on loopback), "
+                 "'system' for the kernel's, or a name");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -254,7 +263,7 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("tcp_ring_exchange: one rank has no ring to measure\n");
       return 0;
     }
-    ring_links links = connect_ring(job, std::chrono::seconds(60));
+    ring_links links = connect_ring(job, std::chrono::seconds(60), o.congestion);
     std::unique_ptr<pdcoll::bench::report> report;
     if (rank == 0) {
       report = std::make_unique<pdcoll::bench::report>(
