@@ -1181,13 +1181,16 @@ class tcp_endpoint final : public transport::endpoint {
 /// and 64 KiB of staging per peer; with opts.directional_connections (and
 /// more than one rank), a second listener and mesh, its address published
 /// in the same exchange: twice the connections. Ranks that disagree on
-/// directional_connections fail with errc::bootstrap. Blocks until the
+/// directional_connections fail with errc::bootstrap. Every connection then
+/// gets opts.congestion_control (detail/congestion.hpp). Blocks until the
 /// meshes are built or `opts.timeout` passes.
 ///
 /// Throws std::system_error: errc::invalid_argument (rank, world size, token
 /// too long), errc::timeout (deadline), errc::unauthenticated (a higher rank
 /// refused our token), errc::bootstrap / errc::protocol (bad addresses or
-/// answers), errno codes from socket calls, and whatever `exchange` throws.
+/// answers), errno codes from socket calls (among them a congestion control
+/// named in opts.congestion_control that the kernel refuses), and whatever
+/// `exchange` throws.
 ///
 ///     auto ep = pdcoll::transport::uring_tcp::make_endpoint(
 ///         rank, size, [&](std::string_view mine) { return store.all_gather(mine); },
