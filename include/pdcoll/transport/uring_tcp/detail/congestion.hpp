@@ -7,10 +7,10 @@
 // the host there is no link to pace for. Measured on the reference machine
 // (options.hpp has the figures), CUBIC instead of BBR made all-reduces
 // from 4 MiB up 0.94-1.9x as fast (1.2x and more in most cells) and 1 MiB
-// about 0.8x as fast. So by
-// default connections that stay on the host (loopback, or a host talking
-// to itself) use CUBIC, and connections to other hosts keep the system's
-// choice, which their operators made for their network.
+// about 0.8x as fast. So by default connections that stay on the host
+// (loopback, or a host talking to itself) use CUBIC, and connections to
+// other hosts keep the system's choice, which their operators made for
+// their network.
 #pragma once
 
 #include <arpa/inet.h>
