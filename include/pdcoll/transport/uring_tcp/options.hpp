@@ -55,7 +55,10 @@ struct options {
   /// alternated, medians of 3 rounds): bus bandwidth on 2 ranks 1.9x at
   /// 4 MiB, 1.6x at 16 MiB, 1.2-1.5x at 64 MiB (one connection per pair /
   /// per direction), but 0.8x at 1 MiB; on 4 ranks (on 2 cores) 1.1-1.65x
-  /// from 4 MiB, 0.8x at 1 MiB; 8-byte all-reduces no slower.
+  /// from 4 MiB, 0.8x at 1 MiB; 8-byte all-reduces no slower. At 1 MiB
+  /// BBR depends on what the connection carried before: 236-248 us after a
+  /// sweep from 4 KiB, 447-490 us when 1 MiB comes first; CUBIC 304-315 us
+  /// either way (2 ranks, 3 alternations).
   /// The job's PDCOLL_URING_CONGESTION sets it.
   std::string congestion_control;
   /// Payloads of at least this many bytes go out with IORING_OP_SENDMSG_ZC
