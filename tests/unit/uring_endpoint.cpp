@@ -454,22 +454,26 @@ std::string sysctl_line(const char* path) {
   while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
   return line;
 }
+
+/// Whether this process may set CUBIC: with CAP_NET_ADMIN (root here) any
+/// available one, else only the allowed list. Where it may not, the default
+/// keeps the system's choice.
+bool may_set_cubic() {
+  const std::string allowed = " " + sysctl_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control") + " ";
+  return ::geteuid() == 0 || allowed.find(" cubic ") != std::string::npos;
+}
 }  // namespace
 
 TEST_CASE("loopback connections use CUBIC by default, the system's choice or a named one on request") {
   const std::string system = sysctl_line("/proc/sys/net/ipv4/tcp_congestion_control");
   const std::string available = " " + sysctl_line("/proc/sys/net/ipv4/tcp_available_congestion_control") + " ";
-  const std::string allowed = " " + sysctl_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control") + " ";
   REQUIRE_FALSE(system.empty());
   // CUBIC is Linux's own default; a kernel without it cannot run this case.
   REQUIRE(available.find(" cubic ") != std::string::npos);
-  // Without CAP_NET_ADMIN (root here) only the allowed list may be set; the
-  // default then keeps the system's choice. Reno is always allowed.
-  const bool may_set_cubic = ::geteuid() == 0 || allowed.find(" cubic ") != std::string::npos;
   struct setting {
-    std::string option, expected;
+    std::string option, expected;  // reno is always allowed
   };
-  for (const auto& [option, expected] : {setting{"", may_set_cubic ? "cubic" : system}, setting{"system", system},
+  for (const auto& [option, expected] : {setting{"", may_set_cubic() ? "cubic" : system}, setting{"system", system},
                                          setting{"reno", "reno"}}) {
     for (bool directional : {false, true}) {
       CAPTURE(option);
@@ -536,9 +540,7 @@ TEST_CASE("same_host: loopback and a shared address stay on the host, a non-IP s
   CHECK(uring::detail::congestion_control_of(accepted.get()) == before);
   uring::detail::apply_congestion_control(client.get(), "reno");
   uring::detail::apply_congestion_control(client.get(), "");
-  const std::string allowed = " " + sysctl_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control") + " ";
-  if (::geteuid() == 0 || allowed.find(" cubic ") != std::string::npos)
-    CHECK(uring::detail::congestion_control_of(client.get()) == "cubic");
+  if (may_set_cubic()) CHECK(uring::detail::congestion_control_of(client.get()) == "cubic");
   // Neither a listening socket (no peer) nor a UNIX socket is judged to stay on the host.
   CHECK_FALSE(uring::detail::same_host(server.get()));
   int pair[2];

@@ -1229,8 +1229,7 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
   std::vector<std::string> addresses[2];
   for (std::size_t q = 0; q < published.size(); ++q) {
     const std::size_t comma = published[q].find(',');
-    const std::size_t listed = comma == std::string::npos ? 1 : 2;
-    if (listed != meshes || (comma != std::string::npos && published[q].find(',', comma + 1) != std::string::npos)) {
+    if (static_cast<std::size_t>(std::count(published[q].begin(), published[q].end(), ',')) + 1 != meshes) {
       detail::throw_pdcoll(errc::bootstrap, "rank " + std::to_string(q) + " published '" + published[q] +
                                                 "' and this rank " + std::to_string(meshes) +
                                                 " address(es): every rank must set the same "

@@ -43,8 +43,8 @@ struct options {
   /// PDCOLL_URING_DIRECTIONAL=1 turns it on).
   bool directional_connections = false;
   /// TCP congestion control of every connection (setsockopt TCP_CONGESTION,
-  /// detail/congestion.hpp). Empty, the default: CUBIC on connections whose
-  /// two ends share one IP address (the traffic never leaves the host) and
+  /// detail/congestion.hpp). Empty, the default: CUBIC on connections that
+  /// stay on the host (a loopback peer, or one IP address at both ends) and
   /// the system's choice on the others; "system": the system's choice on
   /// all; any other name ("cubic", "reno", "bbr", "dctcp", ...): that one on
   /// all, and setup throws std::system_error if the kernel refuses it. The

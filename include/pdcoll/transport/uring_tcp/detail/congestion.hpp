@@ -23,8 +23,6 @@
 #include <string>
 #include <system_error>
 
-#include "pdcoll/error.hpp"
-
 namespace pdcoll::transport::uring_tcp::detail {
 
 /// options::congestion_control's value that leaves every connection to the
