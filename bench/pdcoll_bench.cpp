@@ -34,6 +34,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -69,19 +70,36 @@ struct options {
 template <class T, class D>
 class bench_buffer;
 
+/// The host domain's handle: whether buffers are node-shareable
+/// (--domain host_shareable: memory::host::allocate_shareable) or ordinary
+/// process memory (a vector, as a user's own buffers).
+struct host_choice {
+  bool shareable = false;
+};
+
 template <class T>
 class bench_buffer<T, memory::host> {
  public:
-  using domain_handle = memory::host*;
-  bench_buffer(domain_handle, std::size_t count) : data_(count) {}
+  using domain_handle = const host_choice*;
+  bench_buffer(domain_handle choice, std::size_t count) {
+    if (choice && choice->shareable) {
+      shareable_ = memory::host::allocate_shareable<T>(count);
+      data_ = shareable_.span();
+    } else {
+      vector_.resize(count);
+      data_ = vector_;
+    }
+  }
   pdcoll::view<T, memory::host> view(std::size_t offset, std::size_t count) { return {data_.data() + offset, count}; }
   void write(std::size_t offset, const std::vector<T>& values) {
     std::copy(values.begin(), values.end(), data_.begin() + static_cast<std::ptrdiff_t>(offset));
   }
-  std::vector<T> read() const { return data_; }
+  std::vector<T> read() const { return {data_.begin(), data_.end()}; }
 
  private:
-  std::vector<T> data_;
+  std::vector<T> vector_;
+  memory::host_buffer<T> shareable_;
+  std::span<T> data_;
 };
 
 template <class T>
@@ -418,8 +436,10 @@ int main(int argc, char** argv) {
                  "shm|tcp (libfabric), uring, or uring-directional (uring with one connection per direction); "
                  "sets PDCOLL_TRANSPORT/PDCOLL_PROVIDER/PDCOLL_URING_DIRECTIONAL")
       ->check(CLI::IsMember({"shm", "tcp", "uring", "uring-directional"}));
-  app.add_option("--domain", opt.domain, "buffer memory: host|emulated_device")
-      ->capture_default_str()->check(CLI::IsMember({"host", "emulated_device"}));
+  app.add_option("--domain", opt.domain,
+                 "buffer memory: host (ordinary process memory), host_shareable (memory::host::allocate_shareable: "
+                 "other ranks on the host map it, so shm all-reduces run on it in place) or emulated_device")
+      ->capture_default_str()->check(CLI::IsMember({"host", "host_shareable", "emulated_device"}));
   app.add_option("--json", opt.json, "also write the rows to this JSON file (rank 0)");
   app.add_option("--csv", opt.csv, "also write the rows to this CSV file (rank 0)");
   CLI11_PARSE(app, argc, argv);
@@ -500,7 +520,8 @@ int main(int argc, char** argv) {
         memory::emulated_device device(arena);
         wrong = sweep<T, memory::emulated_device>(comm, opt, &device, sizes, report.get());
       } else {
-        wrong = sweep<T, memory::host>(comm, opt, nullptr, sizes, report.get());
+        const host_choice choice{opt.domain == "host_shareable"};
+        wrong = sweep<T, memory::host>(comm, opt, &choice, sizes, report.get());
       }
     });
     return wrong ? 1 : 0;

@@ -244,3 +244,148 @@ TEST_CASE("node memory smaller than min_node_memory_bytes is not offered, and sh
     CHECK(data[999] == 2.0f);
   }, {}, pdcoll::transport::min_node_memory_bytes - 1);
 }
+
+namespace {
+
+// Zeroes this rank's two slots; true when they are still all zero. A direct
+// all-reduce never writes them; the chunked protocol always does.
+void clear_slots(pdcoll::communicator& comm) {
+  auto& node = *comm.endpoint().shared_node_memory();
+  std::memset(node.region(comm.rank()) + pdcoll::detail::node_slot_offset, 0,
+              2 * pdcoll::detail::node_step::slot_bytes(node));
+}
+bool slots_untouched(pdcoll::communicator& comm) {
+  auto& node = *comm.endpoint().shared_node_memory();
+  const std::byte* slots = node.region(comm.rank()) + pdcoll::detail::node_slot_offset;
+  return std::all_of(slots, slots + 2 * pdcoll::detail::node_step::slot_bytes(node),
+                     [](std::byte b) { return b == std::byte{0}; });
+}
+// A small all-reduce (the mailbox path: no slot) as a barrier, so no rank
+// clears its slots while a peer still reads them.
+void meet(pdcoll::communicator& comm) {
+  std::vector<float> one(1, 1.0f);
+  ex::sync_wait(pdcoll::all_reduce(comm, one));
+}
+
+}  // namespace
+
+TEST_CASE("shared_memory_scatter over shareable buffers on every rank reduces in place on them: exact sums, no slot written, 2 to 8 ranks") {
+  constexpr std::size_t threshold = pdcoll::algo::node_direct_bytes / sizeof(float);
+  for (int P : {2, 3, 4, 5, 8}) {
+    CAPTURE(P);
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank();
+      std::uint64_t salt = 40;
+      // The threshold itself, an odd count one element over a block
+      // boundary, and a count that takes many slot-sized chunks.
+      for (std::size_t n : {threshold, threshold + static_cast<std::size_t>(P) + 1, 3 * threshold + 7}) {
+        for (bool in_place : {true, false}) {
+          ++salt;
+          // Ranges inside larger allocations (offset by one float), so the
+          // offsets travel too.
+          auto in = pdcoll::memory::host::allocate_shareable<float>(n + 2);
+          auto out = pdcoll::memory::host::allocate_shareable<float>(n + 2);
+          std::span<float> input(in.data() + 1, n), output(out.data() + 1, n);
+          for (std::size_t i = 0; i < n; ++i) input[i] = contribution(r, i, salt);
+          std::fill(out.data(), out.data() + n + 2, -1.0f);
+          meet(comm);
+          clear_slots(comm);
+          meet(comm);
+          auto ec = in_place ? outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory_scatter>(comm, input))
+                             : outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory_scatter>(
+                                   comm, std::span<const float>(input), output));
+          const auto& got = in_place ? input : output;
+          const auto want = expected_sum(P, n, salt);
+          const bool right = !ec && std::equal(got.begin(), got.end(), want.begin());
+          const bool untouched = slots_untouched(comm);
+          const bool fenced = out.data()[0] == -1.0f && out.data()[n + 1] == -1.0f;
+          if (!right || !untouched || !fenced) {
+            std::lock_guard lock(failures_mutex);
+            failures.push_back("rank " + std::to_string(r) + " n=" + std::to_string(n) + (in_place ? " in place" : "") +
+                               (ec ? " " + ec.message() : "") + (right ? "" : " wrong") +
+                               (untouched ? "" : " slots written") + (fenced ? "" : " wrote outside the output"));
+          }
+        }
+      }
+    }, {}, region_bytes);
+    for (const auto& f : failures) MESSAGE(f);
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("shared_memory_scatter falls back to the slots when one rank's buffer is not shareable, or the buffer is below node_direct_bytes") {
+  constexpr std::size_t threshold = pdcoll::algo::node_direct_bytes / sizeof(float);
+  for (int P : {2, 3, 5}) {
+    CAPTURE(P);
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank();
+      std::uint64_t salt = 90;
+      for (int plain : {0, P - 1, -1}) {  // the rank with an ordinary vector (-1: none, and a small buffer)
+        const std::size_t n = plain < 0 ? threshold - 1 : threshold + 3;
+        ++salt;
+        std::vector<float> vector_buffer;
+        pdcoll::memory::host_buffer<float> shareable_buffer;
+        std::span<float> data;
+        if (r == plain) {
+          vector_buffer.resize(n);
+          data = vector_buffer;
+        } else {
+          shareable_buffer = pdcoll::memory::host::allocate_shareable<float>(n);
+          data = shareable_buffer.span();
+        }
+        for (std::size_t i = 0; i < n; ++i) data[i] = contribution(r, i, salt);
+        meet(comm);
+        clear_slots(comm);
+        meet(comm);
+        auto ec = outcome_of(pdcoll::all_reduce<pdcoll::algo::shared_memory_scatter>(comm, data));
+        const auto want = expected_sum(P, n, salt);
+        const bool right = !ec && std::equal(data.begin(), data.end(), want.begin());
+        const bool copied = !slots_untouched(comm);
+        if (!right || !copied) {
+          std::lock_guard lock(failures_mutex);
+          failures.push_back("rank " + std::to_string(r) + " plain rank " + std::to_string(plain) +
+                             (ec ? " " + ec.message() : "") + (right ? "" : " wrong") +
+                             (copied ? "" : " slots unused"));
+        }
+      }
+    }, {}, region_bytes);
+    for (const auto& f : failures) MESSAGE(f);
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("direct all-reduces in flight with chunked and one-step ones leave every later step its slot") {
+  constexpr std::size_t threshold = pdcoll::algo::node_direct_bytes / sizeof(float);
+  const int P = 3;
+  std::mutex failures_mutex;
+  int wrong = 0;
+  pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+    const int r = comm.rank();
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      // Direct (shareable, large), chunked (vector, large), one-step (small), direct again.
+      auto a = pdcoll::memory::host::allocate_shareable<float>(threshold + 5);
+      std::vector<float> b(threshold + 11), c(7);
+      auto d = pdcoll::memory::host::allocate_shareable<float>(2 * threshold);
+      std::array<std::span<float>, 4> spans{a.span(), std::span<float>(b), std::span<float>(c), d.span()};
+      for (std::size_t k = 0; k < spans.size(); ++k)
+        for (std::size_t i = 0; i < spans[k].size(); ++i) spans[k][i] = contribution(r, i, 300 + 10 * round + k);
+      namespace algo = pdcoll::algo;
+      ex::sync_wait(ex::when_all(pdcoll::all_reduce<algo::shared_memory_scatter>(comm, spans[0]),
+                                 pdcoll::all_reduce<algo::shared_memory_scatter>(comm, spans[1]),
+                                 pdcoll::all_reduce<algo::shared_memory>(comm, spans[2]),
+                                 pdcoll::all_reduce<algo::shared_memory_scatter>(comm, spans[3])));
+      for (std::size_t k = 0; k < spans.size(); ++k) {
+        const auto want = expected_sum(P, spans[k].size(), 300 + 10 * round + k);
+        if (!std::equal(spans[k].begin(), spans[k].end(), want.begin())) {
+          std::lock_guard lock(failures_mutex);
+          ++wrong;
+        }
+      }
+    }
+  }, {}, region_bytes);
+  CHECK(wrong == 0);
+}

@@ -40,6 +40,21 @@
 // copied out) where shared_memory moves (P+3)n, and reduces n/P elements
 // instead of n; the second handshake costs what that saves below ~32 KiB.
 //
+// Direct, over node-shareable buffers (memory/node_shareable.hpp): from
+// node_direct_bytes up, shared_memory_scatter first spends one step on the
+// question. Each rank writes where its input and output live (or that they
+// are not shareable) and publishes the step; each maps every peer's buffers
+// read-only (memory/peer_mappings.hpp, cached) and votes. If every vote is
+// yes, rank r reduces block r of the whole buffer in rank order straight
+// from every rank's input into its own output, raises `reduced`, copies
+// every other block from its owner's output, raises `consumed`, and
+// completes only once every rank has (its buffers are the user's again).
+// Each rank then moves about 2.5n bytes on 2 ranks (n read and n/2 written
+// by the reduction, n/2 copied) against 4.5n through the slots, and the
+// copies into node memory are gone. Otherwise every rank runs the chunks
+// below in the steps reserved after it. The cost of asking is two
+// handshakes, noise from node_direct_bytes up.
+//
 // Out of place, from node_stream_output_bytes up, shared_memory_scatter
 // writes the output with non-temporal stores (detail/stream_copy.hpp): the
 // output is not in cache, and each ordinary store would first read its line
@@ -55,11 +70,14 @@
 #include <pdcoll/detail/collective_operation.hpp>
 #include <pdcoll/detail/node_layout.hpp>
 #include <pdcoll/detail/stream_copy.hpp>
+#include <pdcoll/memory/node_shareable.hpp>
+#include <pdcoll/memory/peer_mappings.hpp>
 #include <pdcoll/transport/node_memory.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace pdcoll::algo {
 
@@ -78,6 +96,12 @@ inline constexpr std::size_t node_small_all_reduce_bytes = std::size_t{32} << 10
 /// noise. Smaller outputs may still be in cache, and the caller is about
 /// to read them.
 inline constexpr std::size_t node_stream_output_bytes = std::size_t{8} << 20;
+
+/// shared_memory_scatter all-reduces of at least this many bytes first ask
+/// whether every rank's buffers are node-shareable (host::allocate_shareable)
+/// and, if so, run directly on them (see the file comment). Below it the
+/// extra handshakes cost more than the copies they save.
+inline constexpr std::size_t node_direct_bytes = std::size_t{256} << 10;
 
 /// All-reduce through node memory (see the file comment); the ring without it.
 struct shared_memory {
@@ -151,17 +175,108 @@ struct shared_memory_scatter {
     // At least one element per rank (all_reduce checked); the last chunk may hold fewer.
     const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / es;
     const std::uint64_t chunks = (ctx.count + chunk - 1) / chunk;
-    const std::uint64_t first = ctx.reserve_node_steps(chunks);  // before the first suspension
+    const std::size_t total = ctx.bytes(ctx.count);
+    // A direct attempt takes one step ahead of the chunks; the same on every
+    // rank, since the size is (the signature check sees to it).
+    const std::uint64_t direct_steps = total >= node_direct_bytes ? 1 : 0;
+    // Before the first suspension.
+    const std::uint64_t first = ctx.reserve_node_steps(direct_steps + chunks);
     const std::uint64_t signature = ctx.signature();
     std::byte* const out = ctx.output.address;
     const std::byte* const in = ctx.input.address;
-    const bool stream = out != in && ctx.bytes(ctx.count) >= node_stream_output_bytes;
+    const bool stream = out != in && total >= node_stream_output_bytes;
     auto copy_out = [stream](std::byte* to, const std::byte* from, std::size_t bytes) {
       if (stream) pdcoll::detail::stream_copy(to, from, bytes);
       else std::memcpy(to, from, bytes);
     };
+    if (direct_steps != 0) {
+      // The direct all-reduce (see the file comment), in step `first`.
+      const pdcoll::detail::node_step s{&node, P, first};
+      auto begin = [&](int q) { return detail::segment_begin(ctx.count, P, static_cast<std::size_t>(q)) * es; };
+      auto size = [&](int q) { return detail::segment_size(ctx.count, P, static_cast<std::size_t>(q)) * es; };
+
+      condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
+      if (auto ec = co_await slot_free) co_return ec;
+      auto& mine = s.flags(r);
+      const auto own_input = memory::find_shareable(in, total), own_output = memory::find_shareable(out, total);
+      mine.direct_input[first & 1] = own_input && own_output ? *own_input : memory::shareable_range{};
+      mine.direct_output[first & 1] = own_input && own_output ? *own_output : memory::shareable_range{};
+      s.publish(r, signature);
+
+      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
+      if (auto ec = co_await published) co_return ec;
+      if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
+      // Every rank's buffers in this process, pinned until the peers are done.
+      std::vector<memory::detail::peer_mappings::pinned> pins;
+      std::vector<const std::byte*> inputs(static_cast<std::size_t>(P)), outputs(static_cast<std::size_t>(P));
+      bool mapped = true;
+      for (int q = 0; q < P && mapped; ++q) {
+        const auto& peer = s.flags(q);
+        if (q == r) {
+          inputs[static_cast<std::size_t>(q)] = in;
+          outputs[static_cast<std::size_t>(q)] = out;
+          mapped = peer.direct_input[first & 1].shareable();
+          continue;
+        }
+        auto& cache = memory::detail::peer_segment_mappings();
+        pins.push_back(cache.resolve(peer.direct_input[first & 1]));
+        inputs[static_cast<std::size_t>(q)] = pins.back().address();
+        pins.push_back(cache.resolve(peer.direct_output[first & 1]));
+        outputs[static_cast<std::size_t>(q)] = pins.back().address();
+        mapped = inputs[static_cast<std::size_t>(q)] && outputs[static_cast<std::size_t>(q)];
+      }
+      s.vote(r, mapped);
+
+      condition_wait voted(ctx, &pdcoll::detail::node_step::all_voted, &s);
+      if (auto ec = co_await voted) co_return ec;
+      if (s.votes_agree()) {
+        // Block r in rank order from every rank's input into this rank's
+        // output (in place, block r of the output is written only by this
+        // rank, and peers read only their own blocks of it).
+        const std::size_t at = begin(r);
+        auto reduce = [&](std::byte* to, std::size_t from, std::size_t bytes) {
+          auto source = [&](int q) { return inputs[static_cast<std::size_t>(q)] + from; };
+          ctx.red->apply3(to, source(0), source(1), bytes / es);
+          for (int q = 2; q < P; ++q) ctx.red->apply(to, source(q), bytes / es);
+        };
+        if (out != in || r < 2) {
+          reduce(out + at, at, size(r));
+        } else {
+          // In place on rank 2 and up, this rank's own contribution comes
+          // after the first partial sum is written: sum through a scratch
+          // block that stays in cache.
+          constexpr std::size_t scratch_bytes = std::size_t{64} << 10;  // a multiple of every element size
+          std::vector<std::byte> scratch(std::min(scratch_bytes, size(r)));
+          for (std::size_t done = 0; done < size(r); done += scratch.size()) {
+            const std::size_t bytes = std::min(scratch.size(), size(r) - done);
+            reduce(scratch.data(), at + done, bytes);
+            std::memcpy(out + at + done, scratch.data(), bytes);
+          }
+        }
+        s.raise(r, &node_flags::reduced);
+
+        condition_wait all_reduced(ctx, &pdcoll::detail::node_step::all_reduced, &s);
+        if (auto ec = co_await all_reduced) co_return ec;
+        for (int q = 0; q < P; ++q)
+          if (q != r) copy_out(out + begin(q), outputs[static_cast<std::size_t>(q)] + begin(q), size(q));
+        s.raise(r, &node_flags::consumed);
+        // The user may change the buffers once this completes: not before
+        // every peer has finished reading them.
+        condition_wait all_consumed(ctx, &pdcoll::detail::node_step::all_consumed, &s);
+        if (auto ec = co_await all_consumed) co_return ec;
+        // The chunk steps reserved for a fallback are skipped: mark them
+        // consumed so later steps find their slots free.
+        const std::uint64_t last = first + chunks;
+        pdcoll::detail::store_flag(mine.consumed[last & 1], last);
+        if (chunks > 1) pdcoll::detail::store_flag(mine.consumed[(last - 1) & 1], last - 1);
+        pdcoll::detail::wake_peers(node, r, P);
+        co_return std::error_code{};
+      }
+      // Some rank's buffers are not shareable, or not mappable here: copy.
+      s.raise(r, &node_flags::consumed);
+    }
     for (std::uint64_t k = 0; k < chunks; ++k) {
-      const pdcoll::detail::node_step s{&node, P, first + k};
+      const pdcoll::detail::node_step s{&node, P, first + direct_steps + k};
       const std::size_t first_element = k * chunk, n = std::min(chunk, ctx.count - first_element);
       const std::size_t base = first_element * es;
       // Block q of this chunk: bytes [begin(q), begin(q) + size(q)) from base.

@@ -8,6 +8,7 @@
 // initial state of every field.
 #pragma once
 
+#include <pdcoll/memory/node_shareable.hpp>
 #include <pdcoll/transport/node_memory.hpp>
 
 #include <atomic>
@@ -44,6 +45,14 @@ struct node_flags {
   /// Small all-reduce: the mark of the last mailbox collective whose
   /// contributions this rank has finished reading (0: none).
   alignas(64) std::uint64_t mail_done;
+  /// Direct all-reduce (shared_memory_scatter over shareable buffers): this
+  /// rank's input and output for the step of parity p, written before it
+  /// publishes the step; not shareable() when they are not both shareable.
+  alignas(64) memory::shareable_range direct_input[2];
+  memory::shareable_range direct_output[2];
+  /// Direct all-reduce: the vote for the step of parity p, (step << 1) | 1
+  /// when this rank mapped every rank's buffers, (step << 1) when not.
+  alignas(64) std::uint64_t direct_vote[2];
 };
 
 /// The start of one of a rank's two mailboxes (node_small_all_reduce.hpp);
@@ -124,6 +133,32 @@ struct node_step {
     for (int q = 0; q < s.world_size; ++q)
       if (load_flag(s.flags(q).reduced[s.step & 1]) != s.step) return false;
     return true;
+  }
+  /// Every rank has consumed step (the direct all-reduce's last handshake:
+  /// no peer reads this rank's buffers any more).
+  static bool all_consumed(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    for (int q = 0; q < s.world_size; ++q)
+      if (load_flag(s.flags(q).consumed[s.step & 1]) < s.step) return false;
+    return true;
+  }
+  /// Every rank has voted on step's direct all-reduce.
+  static bool all_voted(const void* self) noexcept {
+    const auto& s = *static_cast<const node_step*>(self);
+    for (int q = 0; q < s.world_size; ++q)
+      if (load_flag(s.flags(q).direct_vote[s.step & 1]) >> 1 != s.step) return false;
+    return true;
+  }
+  /// After all_voted: every rank mapped every rank's buffers.
+  bool votes_agree() const noexcept {
+    for (int q = 0; q < world_size; ++q)
+      if ((load_flag(flags(q).direct_vote[step & 1]) & 1) == 0) return false;
+    return true;
+  }
+  /// Casts this rank's vote on step's direct all-reduce and wakes peers.
+  void vote(int rank, bool mapped) const noexcept {
+    store_flag(flags(rank).direct_vote[step & 1], step << 1 | (mapped ? 1 : 0));
+    wake_peers(*node, rank, world_size);
   }
   /// Raises this rank's flag for step (after its chunk is in its slot):
   /// stores the collective's signature, publishes the step, wakes peers.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <pdcoll/memory/domain.hpp>
+#include <pdcoll/memory/node_shareable.hpp>
 #include <pdcoll/memory/view.hpp>
 
 #include <cerrno>
@@ -72,11 +73,13 @@ inline std::size_t huge_page_size() noexcept {
   return size;
 }
 
-/// One anonymous mapping: what munmap needs and what backs it.
+/// One mapping: what munmap needs, what backs it, and its memfd when it
+/// is node-shareable (memory/node_shareable.hpp).
 struct host_mapping {
   void* base = nullptr;
   std::size_t length = 0;
   page_backing backing = page_backing::regular;
+  shareable_segment shared{};  ///< fd -1: an anonymous mapping
 };
 
 /// Maps at least `bytes` (> 0) of zero-filled, page-aligned memory.
@@ -168,6 +171,9 @@ class host_buffer {
   page_backing backing() const noexcept { return mapping_.backing; }
   /// Bytes actually mapped (whole pages).
   std::size_t mapped_bytes() const noexcept { return mapping_.length; }
+  /// True when other processes on the host can map the buffer
+  /// (host::allocate_shareable), so shared-memory collectives read it in place.
+  bool shareable() const noexcept { return mapping_.shared.fd >= 0; }
 
   /// Runs the invalidation hooks and unmaps; the buffer is empty afterwards.
   void reset() noexcept {
@@ -175,7 +181,8 @@ class host_buffer {
     // Hooks first: a registration of these pages must be gone before the
     // address range can be handed out again.
     detail::host_hooks().notify(detail::fabric_region(view()));
-    ::munmap(mapping_.base, mapping_.length);
+    if (shareable()) detail::unmap_shareable(mapping_.base, mapping_.shared);
+    else ::munmap(mapping_.base, mapping_.length);
     mapping_ = {};
     count_ = 0;
   }
@@ -211,6 +218,28 @@ struct host {
       detail::fail(errc::count_overflow, "pdcoll host allocation of " + std::to_string(count) + " elements");
     if (count == 0) return {};
     return host_buffer<T>(detail::map_host(bytes, pages), count);
+  }
+
+  /// Allocates `count` zero-filled elements that other processes on the
+  /// host can map (a memfd(2), memory/node_shareable.hpp), on regular
+  /// pages. All-reduces over libfabric shm whose buffers are all shareable
+  /// on every rank read and write them in place: no copy into node memory
+  /// and out again (algorithm/shared_memory.hpp).
+  /// Cost: three system calls to allocate and three to free; a peer maps
+  /// the buffer once and keeps the mapping. Errors: throws
+  /// std::system_error: errc::count_overflow, or memfd_create's,
+  /// ftruncate's or mmap's errno in std::system_category().
+  ///
+  ///     auto grads = pdcoll::memory::host::allocate_shareable<float>(n);
+  ///     pdcoll::exec::sync_wait(pdcoll::all_reduce(comm, grads.view(), pdcoll::op::sum));
+  template <class T>
+  static host_buffer<T> allocate_shareable(std::size_t count) {
+    std::size_t bytes = 0;
+    if (!detail::checked_bytes<T>(count, bytes))
+      detail::fail(errc::count_overflow, "pdcoll shareable allocation of " + std::to_string(count) + " elements");
+    if (count == 0) return {};
+    auto [base, segment] = detail::map_shareable(bytes);
+    return host_buffer<T>(detail::host_mapping{base, segment.length, page_backing::regular, segment}, count);
   }
 
   /// Subscribes to "this host_buffer is about to be freed". Process-wide
