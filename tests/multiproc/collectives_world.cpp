@@ -398,6 +398,44 @@ TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix f
   }
 }
 
+TEST_CASE("shared_memory direct: shareable buffers are reduced in place across processes, in and out of place, and an ordinary buffer on one rank falls back") {
+  failures f;
+  auto& comm = world();
+  const int P = comm.world_size(), r = comm.rank();
+  const bool node = comm.endpoint().shared_node_memory() != nullptr;
+  const std::size_t threshold = algo::node_direct_bytes / sizeof(float);
+  const std::size_t mapped_before = memory::detail::peer_segment_mappings().size();
+  std::uint64_t salt = 900;
+  // The threshold, an odd count, and more than one node-memory slot
+  // (2 MiB), so the fallback takes several chunks.
+  for (std::size_t n : {threshold, threshold + static_cast<std::size_t>(P) + 1, std::size_t{1500007}}) {
+    for (int plain : {-1, P - 1}) {  // the rank whose buffers are ordinary vectors (-1: none)
+      for (bool in_place : {true, false}) {
+        ++salt;
+        const bool shareable = r != plain;
+        auto in_shared = shareable ? memory::host::allocate_shareable<float>(n) : memory::host_buffer<float>{};
+        auto out_shared = shareable ? memory::host::allocate_shareable<float>(n) : memory::host_buffer<float>{};
+        std::vector<float> in_vector(shareable ? 0 : n), out_vector(shareable ? 0 : n);
+        std::span<float> in = shareable ? in_shared.span() : std::span<float>(in_vector);
+        std::span<float> out = shareable ? out_shared.span() : std::span<float>(out_vector);
+        const auto values = make_input<float>(salt, r, n, false);
+        std::copy(values.begin(), values.end(), in.begin());
+        const std::string what = describe("all_reduce", "shared_memory_scatter", n) + (in_place ? " in place" : "") +
+                                 (plain >= 0 ? " rank " + std::to_string(plain) + " ordinary" : " all shareable");
+        bool ok = in_place ? run(f, what, all_reduce<algo::shared_memory_scatter>(comm, in, op::sum))
+                           : run(f, what, all_reduce<algo::shared_memory_scatter>(comm, std::span<const float>(in), out, op::sum));
+        if (!ok) return;
+        const auto msg = check_reduced<float, op::sum_t>((in_place ? in : out).data(), n, salt, P);
+        if (!msg.empty()) f.add(what + ": " + msg);
+      }
+    }
+  }
+  // Across processes the direct path maps the peers' buffers (P > 1 on shm).
+  const std::size_t mapped = memory::detail::peer_segment_mappings().size() - mapped_before;
+  if (node && P > 1 && mapped == 0) f.add("no peer buffer was mapped: the direct path never ran");
+  if (!node && mapped != 0) f.add("peer buffers mapped without node memory");
+}
+
 TEST_CASE("mismatch: rank 1 calling broadcast while the others all-reduce fails every rank with collective_mismatch") {
   auto& comm = world();
   REQUIRE(comm.world_size() >= 2);
