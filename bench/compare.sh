@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # File: bench/compare.sh — pdcoll against Open MPI and Gloo, in one invocation:
 # float32 sum all-reduce (in-place rows), 2 and 4 ranks on this machine,
-#   pdcoll      libfabric shm, libfabric tcp, io_uring tcp, io_uring tcp with one
+#   pdcoll      libfabric shm on ordinary buffers and on node-shareable ones
+#               (--domain host_shareable: memory::host::allocate_shareable),
+#               libfabric tcp, io_uring tcp, io_uring tcp with one
 #               connection per direction   (pdcoll-bench, algo automatic)
 #   Open MPI    shared memory (btl self,vader), TCP loopback (btl self,tcp, lo)
 #   Gloo        tcp loopback: gloo::allreduce, AllreduceRingChunked, AllreduceHalvingDoubling
@@ -154,13 +156,14 @@ exchange=("$raw"/exchange/*.csv)
 
 # One library's runs for R ranks: run_pdcoll R, run_openmpi R, run_gloo R.
 run_pdcoll() {
-  local t algo what
-  for t in shm tcp uring uring-directional; do
+  local config t domain algo what
+  for config in shm:host shm:host_shareable tcp:host uring:host uring-directional:host; do
+    t=${config%%:*} domain=${config#*:}
     for algo in $algos; do
       for what in $parts; do
         sizes "$what"
-        run "pdcoll-$t-$algo-n$1-$what" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
-          "$bin/pdcoll-bench" --transport "$t" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
+        run "pdcoll-$t-$domain-$algo-n$1-$what" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
+          "$bin/pdcoll-bench" --transport "$t" --domain "$domain" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
       done
     done
   done

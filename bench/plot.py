@@ -34,10 +34,12 @@ def load(paths):
             for r in csv.DictReader(f):
                 if r["collective"] != "all_reduce" or r["placement"] != "in_place":
                     continue
+                # Buffers other than ordinary host memory name their series.
+                domain = r.get("domain") or "host"
                 row = {
                     "library": r["library"],
                     "transport": r["transport"],
-                    "algorithm": r["algorithm"],
+                    "algorithm": r["algorithm"] + ("" if domain == "host" else f" on {domain}"),
                     "ranks": int(r["ranks"]),
                     "bytes": int(r["bytes"]),
                     "time_us": float(r["time_us"]),
