@@ -312,7 +312,11 @@ int run(int argc, char** argv) {
 
   const mlp_shape s;
   const data_set data = make_data(s, c.samples);
-  std::vector<float> params = initial_parameters(s), grads(s.size());
+  std::vector<float> params = initial_parameters(s);
+  // Gradients in shareable host memory: over shm, buckets of 256 KiB and up
+  // are then reduced in place, without copies through node memory.
+  auto grads_memory = pdcoll::memory::host::allocate_shareable<float>(s.size());
+  const std::span<float> grads = grads_memory.span();
   bucket_flight flight(comm, grads, c.bucket_floats);
   const double initial_loss = full_loss(s, params, data);
 
