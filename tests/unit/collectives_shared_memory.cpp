@@ -389,3 +389,44 @@ TEST_CASE("direct all-reduces in flight with chunked and one-step ones leave eve
   }, {}, region_bytes);
   CHECK(wrong == 0);
 }
+
+TEST_CASE("a direct all-reduce that finishes before the chunked one started ahead of it leaves that one's last step alone") {
+  // X (chunked, ordinary memory) then D (direct) in flight together, then Y
+  // (chunked) alone: D may complete while X still reads its last step's
+  // slots, and must not mark that step consumed for X.
+  constexpr std::size_t threshold = pdcoll::algo::node_direct_bytes / sizeof(float);
+  for (int P : {2, 3}) {
+    CAPTURE(P);
+    std::mutex failures_mutex;
+    int wrong = 0;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank();
+      auto d = pdcoll::memory::host::allocate_shareable<float>(threshold);
+      for (std::uint64_t round = 0; round < 20; ++round) {
+        // X's size varies, so both parities end X and both step counts occur.
+        std::vector<float> x(20000 + 7000 * (round % 3)), y(15000);
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = contribution(r, i, 500 + round);
+        for (std::size_t i = 0; i < d.size(); ++i) d.data()[i] = contribution(r, i, 600 + round);
+        for (std::size_t i = 0; i < y.size(); ++i) y[i] = contribution(r, i, 700 + round);
+        namespace algo = pdcoll::algo;
+        bool ok = true;
+        try {
+          ex::sync_wait(ex::when_all(pdcoll::all_reduce<algo::shared_memory_scatter>(comm, x),
+                                     pdcoll::all_reduce<algo::shared_memory_scatter>(comm, d.span())));
+        } catch (const std::system_error&) {
+          ok = false;
+        }
+        ok = ok && !outcome_of(pdcoll::all_reduce<algo::shared_memory_scatter>(comm, y));
+        const bool right = ok && x == expected_sum(P, x.size(), 500 + round) &&
+                           std::equal(d.data(), d.data() + d.size(), expected_sum(P, d.size(), 600 + round).begin()) &&
+                           y == expected_sum(P, y.size(), 700 + round);
+        if (!right) {
+          std::lock_guard lock(failures_mutex);
+          ++wrong;
+          return;
+        }
+      }
+    }, quick(5s), region_bytes);
+    CHECK(wrong == 0);
+  }
+}

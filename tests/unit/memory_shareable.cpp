@@ -109,7 +109,7 @@ TEST_CASE("a shareable host buffer is zero-filled, shareable, and found by any r
   const auto inner = mem::find_shareable(buf.data() + 100, 400);
   REQUIRE(inner);
   CHECK(inner->offset == 400);
-  CHECK(inner->segment == whole->segment);
+  CHECK(inner->inode == whole->inode);
   // Past the mapping's end, and ordinary memory: not shareable.
   CHECK_FALSE(mem::find_shareable(buf.data() + 100, buf.mapped_bytes()));
   auto plain = mem::host::allocate<float>(3000);
@@ -123,10 +123,10 @@ TEST_CASE("a shareable host buffer is zero-filled, shareable, and found by any r
   CHECK_FALSE(mem::find_shareable(address, 4));
 }
 
-TEST_CASE("two shareable buffers get different segment numbers; moving one keeps it shareable") {
+TEST_CASE("two shareable buffers are different files; moving one keeps it shareable") {
   auto a = mem::host::allocate_shareable<int>(10);
   auto b = mem::host::allocate_shareable<int>(10);
-  CHECK(mem::find_shareable(a.data(), 4)->segment != mem::find_shareable(b.data(), 4)->segment);
+  CHECK(mem::find_shareable(a.data(), 4)->inode != mem::find_shareable(b.data(), 4)->inode);
   auto moved = std::move(a);
   CHECK(moved.shareable());
   CHECK_FALSE(a.shareable());
@@ -140,7 +140,7 @@ TEST_CASE("another process maps a shareable buffer read-only, sees its contents,
     auto range = owner.ranges[static_cast<std::size_t>(k)];
     REQUIRE(range.shareable());
     range.offset += 4 * 10;  // from element 10
-    auto pinned = cache.resolve(range);
+    auto pinned = cache.resolve(range, 12);
     REQUIRE(pinned.address() != nullptr);
     std::uint32_t values[3];
     std::memcpy(values, pinned.address(), sizeof values);
@@ -148,35 +148,56 @@ TEST_CASE("another process maps a shareable buffer read-only, sees its contents,
     CHECK(values[2] == static_cast<std::uint32_t>(k * 1000 + 12));
   }
   CHECK(cache.size() == 2);
-  auto again = cache.resolve(owner.ranges[0]);
+  auto again = cache.resolve(owner.ranges[0], 4);
   CHECK(again.address() != nullptr);
   CHECK(cache.size() == 2);
   // Freeing empties the file: the pages are gone although this process still maps it.
   CHECK(owner.free_buffers() == 0);
 }
 
-TEST_CASE("a range that cannot be mapped resolves to nullptr: not shareable, a wrong size, a process that is gone") {
+TEST_CASE("a range that cannot be mapped resolves to nullptr: not shareable, too long, another file, a process that is gone") {
   mem::detail::peer_mappings cache;
-  CHECK(cache.resolve(mem::shareable_range{}).address() == nullptr);
+  CHECK(cache.resolve(mem::shareable_range{}, 4).address() == nullptr);
   owner_process owner(1, 100);
-  auto wrong_size = owner.ranges[0];
+  const auto range = owner.ranges[0];
+  CHECK(cache.resolve(range, range.segment_bytes + 1).address() == nullptr);
+  auto wrong_size = range;
   wrong_size.segment_bytes += 4096;
-  CHECK(cache.resolve(wrong_size).address() == nullptr);
-  auto gone = owner.ranges[0];
+  CHECK(cache.resolve(wrong_size, 4).address() == nullptr);
+  auto other_file = range;
+  other_file.inode += 1;
+  CHECK(cache.resolve(other_file, 4).address() == nullptr);
+  auto gone = range;
   gone.pid = 0x7ffffff0;  // above any pid_max
-  gone.segment += 1000;
-  CHECK(cache.resolve(gone).address() == nullptr);
+  CHECK(cache.resolve(gone, 4).address() == nullptr);
   CHECK(cache.size() == 0);
+  CHECK(cache.resolve(range, range.segment_bytes).address() != nullptr);
+}
+
+TEST_CASE("freeing a shareable buffer empties its file, unless a collective marked it keep_pages") {
+  for (bool keep : {false, true}) {
+    CAPTURE(keep);
+    auto buf = mem::host::allocate_shareable<float>(5000);
+    const int kept = ::dup(static_cast<int>(mem::find_shareable(buf.data(), 4)->fd));
+    REQUIRE(kept >= 0);
+    if (keep) mem::detail::shareable_segments().keep_pages(buf.data() + 10);
+    const std::size_t mapped = buf.mapped_bytes();
+    buf.reset();
+    struct stat st {};
+    REQUIRE(::fstat(kept, &st) == 0);
+    CHECK(static_cast<std::size_t>(st.st_size) == (keep ? mapped : 0));
+    ::close(kept);
+  }
 }
 
 TEST_CASE("the peer-mapping cache evicts the least recently used unpinned mappings, never a pinned one") {
   const int count = static_cast<int>(mem::detail::peer_mappings::capacity) + 6;
   owner_process owner(count, 16);
   mem::detail::peer_mappings cache;
-  auto held = cache.resolve(owner.ranges[0]);  // pinned throughout
+  auto held = cache.resolve(owner.ranges[0], 4);  // pinned throughout
   REQUIRE(held.address() != nullptr);
   for (int k = 1; k < count; ++k) {
-    auto p = cache.resolve(owner.ranges[static_cast<std::size_t>(k)]);
+    auto p = cache.resolve(owner.ranges[static_cast<std::size_t>(k)], 4);
     REQUIRE(p.address() != nullptr);
     std::uint32_t first = 0;
     std::memcpy(&first, p.address(), sizeof first);
@@ -188,6 +209,6 @@ TEST_CASE("the peer-mapping cache evicts the least recently used unpinned mappin
   CHECK(first == 0);
   // Every mapping pinned: the cache grows past its capacity rather than fail.
   std::vector<mem::detail::peer_mappings::pinned> all;
-  for (int k = 0; k < count; ++k) all.push_back(cache.resolve(owner.ranges[static_cast<std::size_t>(k)]));
+  for (int k = 0; k < count; ++k) all.push_back(cache.resolve(owner.ranges[static_cast<std::size_t>(k)], 4));
   CHECK(cache.size() == static_cast<std::size_t>(count));
 }

@@ -201,6 +201,18 @@ struct shared_memory_scatter {
       const auto own_input = memory::find_shareable(in, total), own_output = memory::find_shareable(out, total);
       mine.direct_input[first & 1] = own_input && own_output ? *own_input : memory::shareable_range{};
       mine.direct_output[first & 1] = own_input && own_output ? *own_output : memory::shareable_range{};
+      // From here until every rank is done reading this rank's buffers, an
+      // early return (timeout, abort) leaves their pages to the peers.
+      struct keep_pages_unless_finished {
+        const void* input;
+        const void* output;
+        bool finished = false;
+        ~keep_pages_unless_finished() {
+          if (finished) return;
+          memory::detail::shareable_segments().keep_pages(input);
+          memory::detail::shareable_segments().keep_pages(output);
+        }
+      } pages{in, out};
       s.publish(r, signature);
 
       condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
@@ -219,9 +231,9 @@ struct shared_memory_scatter {
           continue;
         }
         auto& cache = memory::detail::peer_segment_mappings();
-        pins.push_back(cache.resolve(peer.direct_input[first & 1]));
+        pins.push_back(cache.resolve(peer.direct_input[first & 1], total));
         inputs[static_cast<std::size_t>(q)] = pins.back().address();
-        pins.push_back(cache.resolve(peer.direct_output[first & 1]));
+        pins.push_back(cache.resolve(peer.direct_output[first & 1], total));
         outputs[static_cast<std::size_t>(q)] = pins.back().address();
         mapped = inputs[static_cast<std::size_t>(q)] && outputs[static_cast<std::size_t>(q)];
       }
@@ -264,15 +276,26 @@ struct shared_memory_scatter {
         // every peer has finished reading them.
         condition_wait all_consumed(ctx, &pdcoll::detail::node_step::all_consumed, &s);
         if (auto ec = co_await all_consumed) co_return ec;
+        pages.finished = true;
         // The chunk steps reserved for a fallback are skipped: mark them
-        // consumed so later steps find their slots free.
+        // consumed so later steps find their slots free. One of the marks
+        // has the parity of step first - 1, which the collective started
+        // just before this one may still be reading (this one never waited
+        // for it): wait until every rank has consumed it, or a later step
+        // would overwrite a slot still being read, and that collective's
+        // own mark would take the flag backwards.
+        const pdcoll::detail::node_step next{&node, P, first + 1};
+        condition_wait previous_done(ctx, &pdcoll::detail::node_step::slot_free, &next);
+        if (auto ec = co_await previous_done) co_return ec;
         const std::uint64_t last = first + chunks;
-        pdcoll::detail::store_flag(mine.consumed[last & 1], last);
-        if (chunks > 1) pdcoll::detail::store_flag(mine.consumed[(last - 1) & 1], last - 1);
+        pdcoll::detail::raise_flag_to(mine.consumed[last & 1], last);
+        if (chunks > 1) pdcoll::detail::raise_flag_to(mine.consumed[(last - 1) & 1], last - 1);
         pdcoll::detail::wake_peers(node, r, P);
         co_return std::error_code{};
       }
       // Some rank's buffers are not shareable, or not mappable here: copy.
+      // No peer reads this rank's buffers.
+      pages.finished = true;
       s.raise(r, &node_flags::consumed);
     }
     for (std::uint64_t k = 0; k < chunks; ++k) {

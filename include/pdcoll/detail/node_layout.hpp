@@ -92,6 +92,14 @@ inline std::uint64_t load_flag(std::uint64_t& word) noexcept {
 inline void store_flag(std::uint64_t& word, std::uint64_t value) noexcept {
   std::atomic_ref<std::uint64_t>(word).store(value, std::memory_order_release);
 }
+/// Raises a flag for other processes to `value` unless it already holds
+/// more (release): flags that count steps never go backwards.
+inline void raise_flag_to(std::uint64_t& word, std::uint64_t value) noexcept {
+  std::atomic_ref<std::uint64_t> flag(word);
+  std::uint64_t seen = flag.load(std::memory_order_relaxed);
+  while (seen < value && !flag.compare_exchange_weak(seen, value, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+}
 /// Wakes every rank but `rank` that may sleep waiting for `rank`'s flags.
 inline void wake_peers(transport::node_memory& node, int rank, int world_size) noexcept {
   for (int q = 0; q < world_size; ++q)

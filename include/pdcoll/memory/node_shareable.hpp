@@ -17,7 +17,10 @@
 // where that is refused the collectives fall back to copying. Freeing a
 // segment truncates its file before closing it, so the pages go back to
 // the system at once even while peers still map it (they never read it
-// again: a freed segment is never described to them).
+// again: a freed segment is never described to them, and a collective
+// completes only once no peer reads its buffers). A collective that ended
+// early (timeout, abort) marks its buffers keep_pages instead: a peer may
+// still be reading, and reading an emptied file faults.
 #pragma once
 
 #include <pdcoll/memory/domain.hpp>
@@ -28,48 +31,40 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace pdcoll::memory {
 
 /// Where a byte range of a node-shareable host allocation lives, as a peer
 /// process needs it to map the range (see the file comment). Plain data:
-/// it travels through node memory.
+/// it travels through node memory. The file's device and inode name it
+/// uniquely while it exists, and a peer's mapping keeps it existing, so a
+/// cached mapping is never mistaken for another file (process ids and fd
+/// numbers are reused; a forked child shares its parent's counters).
 struct shareable_range {
-  std::uint64_t process_token = 0;  ///< owner's process_token() (0: not shareable)
   std::uint64_t pid = 0;            ///< owner's process id
   std::uint64_t fd = 0;             ///< the memfd in the owner's file table
-  std::uint64_t segment = 0;        ///< the allocation's number in its owner (from 1)
+  std::uint64_t device = 0;         ///< the memfd's st_dev
+  std::uint64_t inode = 0;          ///< the memfd's st_ino (0: not shareable)
   std::uint64_t segment_bytes = 0;  ///< the allocation's mapped length
   std::uint64_t offset = 0;         ///< first byte of the range inside the allocation
   std::uint64_t base = 0;           ///< the allocation's address in its owner
 
   /// True for a range inside a shareable allocation.
-  bool shareable() const noexcept { return process_token != 0; }
+  bool shareable() const noexcept { return inode != 0; }
 };
 
 namespace detail {
 
-/// A random number fixed for this process's lifetime: with the segment
-/// number it names an allocation uniquely even when a process id is reused.
-inline std::uint64_t process_token() {
-  static const std::uint64_t token = [] {
-    std::random_device device;
-    std::uint64_t t = 0;
-    while (t == 0) t = (std::uint64_t{device()} << 32) ^ device();
-    return t;
-  }();
-  return token;
-}
-
 /// One memfd-backed mapping.
 struct shareable_segment {
   int fd = -1;
-  std::uint64_t number = 0;
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
   std::size_t length = 0;
 };
 
@@ -79,35 +74,58 @@ class shareable_table {
   /// Records the mapping [base, base + segment.length).
   void add(void* base, shareable_segment segment) {
     std::lock_guard lock(mutex_);
-    segments_[reinterpret_cast<std::uintptr_t>(base)] = segment;
+    segments_[reinterpret_cast<std::uintptr_t>(base)] = {segment, false};
   }
-  /// Forgets the mapping at base.
-  void remove(void* base) {
+  /// Forgets the mapping at base; true when its pages must outlive it
+  /// (keep_pages).
+  bool remove(void* base) {
     std::lock_guard lock(mutex_);
-    segments_.erase(reinterpret_cast<std::uintptr_t>(base));
+    auto it = segments_.find(reinterpret_cast<std::uintptr_t>(base));
+    if (it == segments_.end()) return false;
+    const bool keep = it->second.keep_pages;
+    segments_.erase(it);
+    return keep;
+  }
+  /// Marks the allocation holding `address` so that freeing it leaves its
+  /// pages to whoever still maps them: after a collective that ended while
+  /// peers may still read it (a timeout, an abort), emptying the file would
+  /// make their reads fault.
+  void keep_pages(const void* address) {
+    std::lock_guard lock(mutex_);
+    if (auto it = holding(reinterpret_cast<std::uintptr_t>(address)); it != segments_.end()) it->second.keep_pages = true;
   }
   /// The description of [address, address + bytes) when one allocation holds it all.
   std::optional<shareable_range> find(const void* address, std::size_t bytes) const {
     const auto a = reinterpret_cast<std::uintptr_t>(address);
     std::lock_guard lock(mutex_);
-    auto it = segments_.upper_bound(a);
-    if (it == segments_.begin()) return std::nullopt;
-    --it;
-    const auto& [base, s] = *it;
-    if (a - base > s.length || bytes > s.length - (a - base)) return std::nullopt;
-    return shareable_range{process_token(), static_cast<std::uint64_t>(::getpid()), static_cast<std::uint64_t>(s.fd),
-                           s.number, s.length, a - base, base};
-  }
-  /// A fresh segment number.
-  std::uint64_t next_number() {
-    std::lock_guard lock(mutex_);
-    return ++last_number_;
+    auto it = holding(a);
+    if (it == segments_.end()) return std::nullopt;
+    const auto& [base, entry] = *it;
+    const auto& s = entry.segment;
+    if (bytes > s.length - (a - base)) return std::nullopt;
+    return shareable_range{static_cast<std::uint64_t>(::getpid()), static_cast<std::uint64_t>(s.fd), s.device,
+                           s.inode, s.length, a - base, base};
   }
 
  private:
+  struct entry {
+    shareable_segment segment;
+    bool keep_pages;
+  };
+  using map_type = std::map<std::uintptr_t, entry>;
+  // Under mutex_: the allocation whose range holds address, or end().
+  map_type::iterator holding(std::uintptr_t address) {
+    auto it = segments_.upper_bound(address);
+    if (it == segments_.begin()) return segments_.end();
+    --it;
+    return address - it->first < it->second.segment.length ? it : segments_.end();
+  }
+  map_type::const_iterator holding(std::uintptr_t address) const {
+    return const_cast<shareable_table*>(this)->holding(address);
+  }
+
   mutable std::mutex mutex_;
-  std::map<std::uintptr_t, shareable_segment> segments_;
-  std::uint64_t last_number_ = 0;
+  map_type segments_;
 };
 
 /// The process-wide table.
@@ -130,22 +148,24 @@ inline std::pair<void*, shareable_segment> map_shareable(std::size_t bytes) {
     ::close(fd);
     fail(std::error_code(e, std::system_category()), "pdcoll shareable allocation: ftruncate");
   }
-  void* base = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  struct stat st {};
+  void* base = ::fstat(fd, &st) == 0 ? ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (base == MAP_FAILED) {
     const int e = errno;
     ::close(fd);
-    fail(std::error_code(e, std::system_category()), "pdcoll shareable allocation: mmap");
+    fail(std::error_code(e, std::system_category()), "pdcoll shareable allocation: fstat or mmap");
   }
-  const shareable_segment segment{fd, shareable_segments().next_number(), length};
+  const shareable_segment segment{fd, static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                                  length};
   shareable_segments().add(base, segment);
   return {base, segment};
 }
 
 /// Forgets, empties (ftruncate to 0: the pages are freed even where peers
-/// still map the file), closes and unmaps a segment from map_shareable.
+/// still map the file, unless keep_pages marked it), closes and unmaps a
+/// segment from map_shareable.
 inline void unmap_shareable(void* base, const shareable_segment& segment) noexcept {
-  shareable_segments().remove(base);
-  (void)::ftruncate(segment.fd, 0);
+  if (!shareable_segments().remove(base)) (void)::ftruncate(segment.fd, 0);
   ::close(segment.fd);
   ::munmap(base, segment.length);
 }

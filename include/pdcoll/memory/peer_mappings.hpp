@@ -3,11 +3,15 @@
 // kept in a small LRU cache because mapping costs system calls and page
 // faults on first touch, and a training loop reuses the same few buffers.
 //
-// A mapping is pinned while a collective reads through it; eviction only
-// unmaps unpinned ones, and when every cached mapping is pinned the cache
-// grows past its capacity rather than fail. An owner that frees a segment
+// Mappings are keyed by the file's device and inode, which no other file
+// can take while the mapping keeps this one alive. A mapping is pinned
+// while a collective reads through it; eviction only unmaps unpinned ones
+// (least recently used first, beyond `capacity` mappings or
+// `capacity_bytes`), and when every cached mapping is pinned the cache
+// grows past its limits rather than fail. An owner that frees a segment
 // empties its file first, so a cached mapping of a freed segment holds
-// address space only, never memory.
+// address space only, never memory (but see keep_pages in
+// node_shareable.hpp).
 #pragma once
 
 #include <pdcoll/memory/node_shareable.hpp>
@@ -19,8 +23,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,9 +32,13 @@ namespace pdcoll::memory::detail {
 
 /// The cache (see the file comment).
 class peer_mappings {
+  using file_key = std::pair<std::uint64_t, std::uint64_t>;  // st_dev, st_ino
+
  public:
-  /// Unpinned mappings kept at most.
+  /// Mappings kept at most (unless pinned).
   static constexpr std::size_t capacity = 64;
+  /// Bytes of mappings kept at most (unless pinned).
+  static constexpr std::size_t capacity_bytes = std::size_t{16} << 30;
 
   /// A resolved range: its first byte in this process, pinned until destroyed.
   class pinned {
@@ -55,14 +63,14 @@ class peer_mappings {
 
    private:
     friend class peer_mappings;
-    pinned(peer_mappings* owner, std::pair<std::uint64_t, std::uint64_t> key, const std::byte* address) noexcept
+    pinned(peer_mappings* owner, file_key key, const std::byte* address) noexcept
         : owner_(owner), key_(key), address_(address) {}
     void release() noexcept {
       if (owner_) owner_->unpin(key_);
       owner_ = nullptr;
     }
     peer_mappings* owner_ = nullptr;
-    std::pair<std::uint64_t, std::uint64_t> key_{};
+    file_key key_{};
     const std::byte* address_ = nullptr;
   };
 
@@ -74,22 +82,25 @@ class peer_mappings {
   }
 
   /// Maps `range`'s allocation (or finds it mapped) and returns the range's
-  /// first byte, pinned. A range of this process resolves to its own
-  /// address. Address nullptr when the owner's file cannot be opened (proc(5)
-  /// access refused, the owner gone) or is not the size described.
-  pinned resolve(const shareable_range& range) {
-    if (!range.shareable()) return {};
-    if (range.process_token == process_token())
+  /// first byte, pinned; the caller reads at most `bytes` from it. A range
+  /// of this process resolves to its own address. Address nullptr when the
+  /// range does not fit its allocation, or the owner's file cannot be
+  /// opened (proc(5) access refused, the owner gone) or is not the file
+  /// described.
+  pinned resolve(const shareable_range& range, std::size_t bytes) {
+    if (!range.shareable() || range.offset > range.segment_bytes || bytes > range.segment_bytes - range.offset)
+      return {};
+    if (range.pid == static_cast<std::uint64_t>(::getpid()))
       return {nullptr, {}, reinterpret_cast<const std::byte*>(range.base + range.offset)};
-    const std::pair key{range.process_token, range.segment};
+    const file_key key{range.device, range.inode};
     std::lock_guard lock(mutex_);
     entry* found = nullptr;
     for (auto& e : entries_)
-      if (e.key == key) found = &e;
+      if (e.key == key && e.length == range.segment_bytes) found = &e;
     if (!found) {
       void* base = map(range);
       if (!base) return {};
-      evict_unpinned();
+      evict_unpinned(static_cast<std::size_t>(range.segment_bytes));
       entries_.push_back({key, base, static_cast<std::size_t>(range.segment_bytes), 0, 0});
       found = &entries_.back();
     }
@@ -106,7 +117,7 @@ class peer_mappings {
 
  private:
   struct entry {
-    std::pair<std::uint64_t, std::uint64_t> key;
+    file_key key;
     void* base;
     std::size_t length;
     std::uint64_t pins;
@@ -114,13 +125,16 @@ class peer_mappings {
   };
 
   static void* map(const shareable_range& range) noexcept {
-    const std::string path = "/proc/" + std::to_string(range.pid) + "/fd/" + std::to_string(range.fd);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%llu/fd/%llu", static_cast<unsigned long long>(range.pid),
+                  static_cast<unsigned long long>(range.fd));
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nullptr;
     struct stat st {};
     void* base = nullptr;
-    if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == range.segment_bytes &&
-        range.offset <= range.segment_bytes) {
+    if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == range.device &&
+        static_cast<std::uint64_t>(st.st_ino) == range.inode &&
+        static_cast<std::uint64_t>(st.st_size) == range.segment_bytes) {
       base = ::mmap(nullptr, static_cast<std::size_t>(range.segment_bytes), PROT_READ, MAP_SHARED, fd, 0);
       if (base == MAP_FAILED) base = nullptr;
     }
@@ -128,19 +142,23 @@ class peer_mappings {
     return base;
   }
 
-  // Under mutex_: drops the least recently used unpinned mappings until a new one fits.
-  void evict_unpinned() noexcept {
-    while (entries_.size() >= capacity) {
+  // Under mutex_: drops the least recently used unpinned mappings until one
+  // more of `incoming` bytes fits.
+  void evict_unpinned(std::size_t incoming) noexcept {
+    std::size_t held = 0;
+    for (const auto& e : entries_) held += e.length;
+    while (entries_.size() >= capacity || held + incoming > capacity_bytes) {
       auto victim = entries_.end();
       for (auto it = entries_.begin(); it != entries_.end(); ++it)
         if (it->pins == 0 && (victim == entries_.end() || it->last_use < victim->last_use)) victim = it;
       if (victim == entries_.end()) return;
+      held -= victim->length;
       ::munmap(victim->base, victim->length);
       entries_.erase(victim);
     }
   }
 
-  void unpin(std::pair<std::uint64_t, std::uint64_t> key) noexcept {
+  void unpin(file_key key) noexcept {
     std::lock_guard lock(mutex_);
     for (auto& e : entries_)
       if (e.key == key && e.pins > 0) --e.pins;
