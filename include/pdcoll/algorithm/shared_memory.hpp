@@ -44,16 +44,18 @@
 // node_direct_bytes up, shared_memory_scatter first spends one step on the
 // question. Each rank writes where its input and output live (or that they
 // are not shareable) and publishes the step; each maps every peer's buffers
-// read-only (memory/peer_mappings.hpp, cached) and votes. If every vote is
-// yes, rank r reduces block r of the whole buffer in rank order straight
+// read-only (memory/peer_mappings.hpp, cached) and votes (no vote when
+// some rank's buffers are not shareable: every rank sees that and copies).
+// If every vote is yes, rank r reduces block r of the whole buffer in rank order straight
 // from every rank's input into its own output, raises `reduced`, copies
 // every other block from its owner's output, raises `consumed`, and
 // completes only once every rank has (its buffers are the user's again).
 // Each rank then moves about 2.5n bytes on 2 ranks (n read and n/2 written
 // by the reduction, n/2 copied) against 4.5n through the slots, and the
 // copies into node memory are gone. Otherwise every rank runs the chunks
-// below in the steps reserved after it. The cost of asking is two
-// handshakes, noise from node_direct_bytes up.
+// below in the steps reserved after it. The cost of asking is one
+// handshake for ordinary buffers and two for shareable ones, noise from
+// node_direct_bytes up.
 //
 // Out of place, from node_stream_output_bytes up, shared_memory_scatter
 // writes the output with non-temporal stores (detail/stream_copy.hpp): the
@@ -218,30 +220,38 @@ struct shared_memory_scatter {
       condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
+      // Every rank reads the same descriptors: where one is not shareable,
+      // all copy without a vote. Otherwise each maps the peers' buffers and
+      // votes, since a mapping may fail on one rank only.
+      bool every_rank_shareable = true;
+      for (int q = 0; q < P; ++q)
+        every_rank_shareable = every_rank_shareable && s.flags(q).direct_input[first & 1].shareable();
       // Every rank's buffers in this process, pinned until the peers are done.
       std::vector<memory::detail::peer_mappings::pinned> pins;
       std::vector<const std::byte*> inputs(static_cast<std::size_t>(P)), outputs(static_cast<std::size_t>(P));
-      bool mapped = true;
-      for (int q = 0; q < P && mapped; ++q) {
-        const auto& peer = s.flags(q);
-        if (q == r) {
-          inputs[static_cast<std::size_t>(q)] = in;
-          outputs[static_cast<std::size_t>(q)] = out;
-          mapped = peer.direct_input[first & 1].shareable();
-          continue;
-        }
+      bool agreed = false;
+      if (every_rank_shareable) {
+        bool mapped = true;
         auto& cache = memory::detail::peer_segment_mappings();
-        pins.push_back(cache.resolve(peer.direct_input[first & 1], total));
-        inputs[static_cast<std::size_t>(q)] = pins.back().address();
-        pins.push_back(cache.resolve(peer.direct_output[first & 1], total));
-        outputs[static_cast<std::size_t>(q)] = pins.back().address();
-        mapped = inputs[static_cast<std::size_t>(q)] && outputs[static_cast<std::size_t>(q)];
+        for (int q = 0; q < P && mapped; ++q) {
+          if (q == r) {
+            inputs[static_cast<std::size_t>(q)] = in;
+            outputs[static_cast<std::size_t>(q)] = out;
+            continue;
+          }
+          const auto& peer = s.flags(q);
+          pins.push_back(cache.resolve(peer.direct_input[first & 1], total));
+          inputs[static_cast<std::size_t>(q)] = pins.back().address();
+          pins.push_back(cache.resolve(peer.direct_output[first & 1], total));
+          outputs[static_cast<std::size_t>(q)] = pins.back().address();
+          mapped = inputs[static_cast<std::size_t>(q)] && outputs[static_cast<std::size_t>(q)];
+        }
+        s.vote(r, mapped);
+        condition_wait voted(ctx, &pdcoll::detail::node_step::all_voted, &s);
+        if (auto ec = co_await voted) co_return ec;
+        agreed = s.votes_agree();
       }
-      s.vote(r, mapped);
-
-      condition_wait voted(ctx, &pdcoll::detail::node_step::all_voted, &s);
-      if (auto ec = co_await voted) co_return ec;
-      if (s.votes_agree()) {
+      if (agreed) {
         // Block r in rank order from every rank's input into this rank's
         // output (in place, block r of the output is written only by this
         // rank, and peers read only their own blocks of it).
