@@ -11,6 +11,11 @@ if(PDCOLL_BUILD_EXAMPLES)
   set_tests_properties(examples.data_parallel_training.uring.n3 PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
   set_tests_properties(examples.data_parallel_training.n4 examples.data_parallel_training.uring.n3
                        PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
+  # The demo (scripts/demo.sh): its all-reduces on ordinary and on shareable
+  # buffers are checked, and a wrong element fails it.
+  add_test(NAME examples.hello_allreduce.n3
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 200 $<TARGET_FILE:hello_allreduce>)
+  set_tests_properties(examples.hello_allreduce.n3 PROPERTIES LABELS "multiproc;examples" TIMEOUT 240)
   # memory_domains on each transport: direct over libfabric, staged over io_uring.
   foreach(transport IN ITEMS shm tcp uring)
     add_test(NAME examples.memory_domains.${transport}
