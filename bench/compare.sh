@@ -21,7 +21,9 @@
 # transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps, timing;
 # the ceiling as a flat series, the ring exchange as a "tcp-ceiling ring
 # exchange" series), a PNG (busbw vs size, one panel per rank count, the
-# ceiling a flat line), a ratio table (pdcoll vs the best baseline, then
+# ceiling a flat line), a ratio table (the best pdcoll series, shareable
+# buffers included, vs the best baseline; below 256 KiB shareable buffers
+# run the same code as ordinary ones, so a difference there is noise; then
 # every TCP series' busbw over the ceiling, then the best pdcoll and baseline
 # over the ring exchange) and the ceiling's per-stream figures
 # (tcp_ceiling.csv), all under --out.

@@ -12,7 +12,8 @@ in-place rows are used (the placement every library has). Writes:
            one panel per rank count; a panel whose ranks exceed --cores is
            titled "oversubscribed"
   --table  Markdown: per rank count and transport class (shared memory: pdcoll
-           libfabric:shm vs Open MPI vader; TCP: pdcoll libfabric:tcp and
+           libfabric:shm, on ordinary and on shareable buffers ("on
+           host_shareable"), vs Open MPI vader; TCP: pdcoll libfabric:tcp and
            io_uring vs Open MPI tcp and Gloo), the best pdcoll busbw over the
            best baseline's for each size, and the 8-byte latency of each
            (with the statistic the runs' timing column names).

@@ -314,7 +314,8 @@ int run(int argc, char** argv) {
   const data_set data = make_data(s, c.samples);
   std::vector<float> params = initial_parameters(s);
   // Gradients in shareable host memory: over shm, buckets of 256 KiB and up
-  // are then reduced in place, without copies through node memory.
+  // would be reduced in place, without copies through node memory (this
+  // small model's never are; the allocation shows the pattern).
   auto grads_memory = pdcoll::memory::host::allocate_shareable<float>(s.size());
   const std::span<float> grads = grads_memory.span();
   bucket_flight flight(comm, grads, c.bucket_floats);

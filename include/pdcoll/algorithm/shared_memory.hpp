@@ -151,9 +151,10 @@ struct shared_memory {
 };
 
 /// All-reduce through node memory as a reduce-scatter and an all-gather (see
-/// the file comment); shared_memory's single step with fewer elements than
-/// ranks (or a slot too small for one element per rank), the ring without
-/// node memory.
+/// the file comment); from node_direct_bytes, directly on the callers'
+/// buffers when every rank's are node-shareable; shared_memory's single
+/// step with fewer elements than ranks (or a slot too small for one element
+/// per rank), the ring without node memory.
 struct shared_memory_scatter {
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "shared_memory_scatter";

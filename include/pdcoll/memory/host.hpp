@@ -222,13 +222,16 @@ struct host {
 
   /// Allocates `count` zero-filled elements that other processes on the
   /// host can map (a memfd(2), memory/node_shareable.hpp), on regular
-  /// pages. All-reduces over libfabric shm whose buffers are all shareable
-  /// on every rank read and write them in place: no copy into node memory
-  /// and out again (algorithm/shared_memory.hpp).
-  /// Cost: three system calls to allocate and three to free; a peer maps
-  /// the buffer once and keeps the mapping. Errors: throws
-  /// std::system_error: errc::count_overflow, or memfd_create's,
-  /// ftruncate's or mmap's errno in std::system_category().
+  /// pages. shared_memory_scatter all-reduces (automatic's choice over
+  /// libfabric shm from 32 KiB) of at least algo::node_direct_bytes
+  /// (256 KiB) whose buffers are shareable on every rank read and write
+  /// them in place: no copy into node memory and out again
+  /// (algorithm/shared_memory.hpp).
+  /// Cost: four system calls to allocate and three to free; a peer maps
+  /// the buffer once and keeps it in an LRU cache (64 mappings, 16 GiB;
+  /// memory/peer_mappings.hpp). Errors: throws std::system_error:
+  /// errc::count_overflow, or memfd_create's, ftruncate's, fstat's or
+  /// mmap's errno in std::system_category().
   ///
   ///     auto grads = pdcoll::memory::host::allocate_shareable<float>(n);
   ///     pdcoll::exec::sync_wait(pdcoll::all_reduce(comm, grads.view(), pdcoll::op::sum));

@@ -13,7 +13,8 @@
 // host::allocate_shareable, and the collectives notice.
 //
 // A peer maps a segment by opening /proc/<pid>/fd/<fd> of its owner
-// (proc(5): the same check as reading the owner's memory, PTRACE_MODE_READ);
+// (proc(5): a PTRACE_MODE_READ check, as for /proc/<pid>/maps; Yama does
+// not restrict it);
 // where that is refused the collectives fall back to copying. Freeing a
 // segment truncates its file before closing it, so the pages go back to
 // the system at once even while peers still map it (they never read it
@@ -44,7 +45,8 @@ namespace pdcoll::memory {
 /// it travels through node memory. The file's device and inode name it
 /// uniquely while it exists, and a peer's mapping keeps it existing, so a
 /// cached mapping is never mistaken for another file (process ids and fd
-/// numbers are reused; a forked child shares its parent's counters).
+/// numbers are reused, and a per-process counter would be copied into a
+/// forked child).
 struct shareable_range {
   std::uint64_t pid = 0;            ///< owner's process id
   std::uint64_t fd = 0;             ///< the memfd in the owner's file table
@@ -135,8 +137,8 @@ inline shareable_table& shareable_segments() {
 }
 
 /// Creates, sizes and maps a memfd of at least `bytes` (> 0, rounded to
-/// pages) and records it. Errors: throws std::system_error with memfd_create,
-/// ftruncate or mmap's errno, or errc::count_overflow.
+/// pages) and records it. Errors: throws std::system_error with memfd_create's,
+/// ftruncate's, fstat's or mmap's errno, or errc::count_overflow.
 inline std::pair<void*, shareable_segment> map_shareable(std::size_t bytes) {
   std::size_t length = 0;
   if (!round_up(bytes, page_size(), length))
