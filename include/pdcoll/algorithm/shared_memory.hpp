@@ -269,11 +269,12 @@ struct shared_memory_scatter {
           // after the first partial sum is written: sum through a scratch
           // block that stays in cache.
           constexpr std::size_t scratch_bytes = std::size_t{64} << 10;  // a multiple of every element size
-          std::vector<std::byte> scratch(std::min(scratch_bytes, size(r)));
-          for (std::size_t done = 0; done < size(r); done += scratch.size()) {
-            const std::size_t bytes = std::min(scratch.size(), size(r) - done);
-            reduce(scratch.data(), at + done, bytes);
-            std::memcpy(out + at + done, scratch.data(), bytes);
+          const std::size_t block = std::min(scratch_bytes, size(r));
+          std::byte* const scratch = ctx.scratch(block).address;
+          for (std::size_t done = 0; done < size(r); done += block) {
+            const std::size_t bytes = std::min(block, size(r) - done);
+            reduce(scratch, at + done, bytes);
+            std::memcpy(out + at + done, scratch, bytes);
           }
         }
         s.raise(r, &node_flags::reduced);
