@@ -95,16 +95,27 @@ struct rabenseifner {
       co_return std::error_code{};
     }
     const detail::fold f(P);
+    // Partial sums live in acc once there are any; until then this rank's
+    // contributions are read straight from its input (never copied whole).
     auto acc = ctx.scratch(total);
-    ctx.copy(acc, 0, ctx.input, 0, total);
     auto incoming = ctx.scratch(total);
+    const pdcoll::detail::buffer_desc* sums = &ctx.input;
+    auto combine = [&](std::size_t off, std::size_t bytes) {
+      const std::size_t n = bytes / ctx.element_size;
+      if (n == 0) return;
+      if (sums == &ctx.input) ctx.red->apply3(acc.address + off, ctx.input.address + off, incoming.address, n);
+      else ctx.red->apply(acc.address + off, incoming.address, n);
+    };
     std::uint32_t index = 0;
     if (r < 2 * f.extra) {
       transfer_batch b(ctx, 1);
-      if (f.sits_out(r)) b.send(r + 1, acc, 0, total, index);
+      if (f.sits_out(r)) b.send(r + 1, ctx.input, 0, total, index);
       else b.recv(r - 1, incoming, 0, total, index);
       if (auto ec = co_await b) co_return ec;
-      if (!f.sits_out(r)) ctx.reduce(acc, 0, incoming, 0, ctx.count * static_cast<std::size_t>(P));
+      if (!f.sits_out(r)) {
+        combine(0, total);
+        sums = &acc;
+      }
     }
     ++index;
     if (const int a = f.active_rank(r); a >= 0) {
@@ -123,9 +134,10 @@ struct rabenseifner {
         const std::size_t give_len = static_cast<std::size_t>(f.first_carried(give_hi) - f.first_carried(give_lo)) * block;
         transfer_batch b(ctx, 2);
         b.recv(partner, incoming, 0, keep_len, index);
-        b.send(partner, acc, give_off, give_len, index);
+        b.send(partner, *sums, give_off, give_len, index);
         if (auto ec = co_await b) co_return ec;
-        ctx.reduce(acc, keep_off, incoming, 0, keep_len / ctx.element_size);
+        combine(keep_off, keep_len);
+        sums = &acc;
         glo = keep_lo;
         ghi = keep_hi;
       }
@@ -134,10 +146,10 @@ struct rabenseifner {
     if (r < 2 * f.extra) {
       transfer_batch b(ctx, 1);
       if (f.sits_out(r)) b.recv(r + 1, ctx.output, 0, block, index);
-      else b.send(r - 1, acc, static_cast<std::size_t>(r - 1) * block, block, index);
+      else b.send(r - 1, *sums, static_cast<std::size_t>(r - 1) * block, block, index);
       if (auto ec = co_await b) co_return ec;
     }
-    if (!f.sits_out(r)) ctx.copy(ctx.output, 0, acc, static_cast<std::size_t>(r) * block, block);
+    if (!f.sits_out(r)) ctx.copy(ctx.output, 0, *sums, static_cast<std::size_t>(r) * block, block);
     co_return std::error_code{};
   }
 };

@@ -175,6 +175,14 @@ struct ring_chunked {
 
   /// Reduce-scatter: ctx.input holds P blocks of count elements; rank r ends
   /// with the reduction of every rank's block r in ctx.output.
+  ///
+  /// Step s sends the partial sum of block r-s-1 (at step 0 straight from
+  /// the input) and receives the partial sum of block r-s-2, combined with
+  /// this rank's own block chunk by chunk as it arrives. Partial sums
+  /// alternate between two block-sized scratch buffers (a step's send has
+  /// completed before the next step receives over it); the last step's
+  /// block is this rank's own and is combined straight into the output.
+  /// Nothing is copied whole: each rank reads its input once.
   static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
     const int P = ctx.world_size, r = ctx.rank;
     const std::size_t block = ctx.bytes(ctx.count), es = ctx.element_size;
@@ -182,22 +190,29 @@ struct ring_chunked {
       ctx.copy(ctx.output, 0, ctx.input, static_cast<std::size_t>(r) * block, block);
       co_return std::error_code{};
     }
-    auto acc = ctx.scratch(block * static_cast<std::size_t>(P));
-    ctx.copy(acc, 0, ctx.input, 0, block * static_cast<std::size_t>(P));
-    auto incoming = ctx.scratch(block);
+    const bool in_place = ctx.output.address == ctx.input.address + static_cast<std::size_t>(r) * block;
+    pdcoll::detail::buffer_desc partial[2] = {};
+    if (P > 2) partial[0] = ctx.scratch(block), partial[1] = ctx.scratch(block);
+    // In place the output is this rank's input block: the last step's
+    // arrivals wait in scratch until they are combined into it.
+    pdcoll::detail::buffer_desc last_in = in_place ? (P > 2 ? partial[(P - 2) & 1] : ctx.scratch(block)) : ctx.output;
     const int right = (r + 1) % P, left = (r - 1 + P) % P;
     const std::size_t chunks = (block + ChunkBytes - 1) / ChunkBytes;
     for (int s = 0; s < P - 1; ++s) {
       const auto send_blk = static_cast<std::size_t>((r - s - 1 + 2 * P) % P);
       const auto recv_blk = static_cast<std::size_t>((r - s - 2 + 2 * P) % P);
-      if (auto ec = co_await exchange_chunked(ctx, right, acc, send_blk * block, block, left, incoming, 0, block,
-                                              static_cast<std::uint32_t>(s * chunks),
-                                              [&](std::size_t off, std::size_t bytes) {
-                                                ctx.reduce(acc, recv_blk * block + off, incoming, off, bytes / es);
-                                              }))
+      const bool last = s == P - 2;
+      const auto& send_buf = s == 0 ? ctx.input : partial[(s - 1) & 1];
+      const std::size_t send_off = s == 0 ? send_blk * block : 0;
+      const auto& recv_buf = last ? last_in : partial[s & 1];
+      if (auto ec = co_await exchange_chunked(
+              ctx, right, send_buf, send_off, block, left, recv_buf, 0, block, static_cast<std::uint32_t>(s * chunks),
+              [&](std::size_t off, std::size_t bytes) {
+                if (!last || !in_place) ctx.reduce(recv_buf, off, ctx.input, recv_blk * block + off, bytes / es);
+                else ctx.reduce(ctx.output, off, recv_buf, off, bytes / es);
+              }))
         co_return ec;
     }
-    ctx.copy(ctx.output, 0, acc, static_cast<std::size_t>(r) * block, block);
     co_return std::error_code{};
   }
 
