@@ -285,7 +285,9 @@ class runner {
         return body([this](auto vin, auto vout) {
           exec::sync_wait(pdcoll::all_gather<pdcoll::algo::recursive_doubling>(comm_, vin, vout));
         });
-      return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_gather<pdcoll::algo::ring>(comm_, vin, vout)); });
+      if (opt_.algo == "ring")
+        return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_gather<pdcoll::algo::ring>(comm_, vin, vout)); });
+      return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_gather(comm_, vin, vout)); });
     }
     if (c == "reduce_scatter") {
       return with_op(opt_.op, [&](auto op) {
@@ -294,9 +296,14 @@ class runner {
             if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
               exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::recursive_halving>(comm_, vin, vout, op));
           });
+        if (opt_.algo == "ring")
+          return body([this, op](auto vin, auto vout) {
+            if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+              exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::ring>(comm_, vin, vout, op));
+          });
         return body([this, op](auto vin, auto vout) {
           if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
-            exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::ring>(comm_, vin, vout, op));
+            exec::sync_wait(pdcoll::reduce_scatter(comm_, vin, vout, op));
         });
       });
     }
@@ -390,8 +397,8 @@ const std::map<std::string, std::vector<std::string>>& algorithms() {
       {"all_reduce", {"automatic", "ring", "recursive_doubling", "rabenseifner", "tree", "direct"}},
       {"broadcast", {"tree", "chain"}},
       {"reduce", {"tree"}},
-      {"all_gather", {"ring", "recursive_doubling"}},
-      {"reduce_scatter", {"ring", "recursive_halving", "rabenseifner"}},
+      {"all_gather", {"automatic", "ring", "recursive_doubling"}},
+      {"reduce_scatter", {"automatic", "ring", "recursive_halving", "rabenseifner"}},
       {"all_to_all", {"pairwise"}},
       {"sendrecv", {"direct"}},
   };
@@ -430,7 +437,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"}));
   app.add_option("--algo", opt.algo,
                  "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct (sets PDCOLL_ALGO); "
-                 "broadcast tree|chain; all_gather ring|recursive_doubling; reduce_scatter ring|recursive_halving")
+                 "broadcast tree|chain; all_gather automatic|ring|recursive_doubling; reduce_scatter automatic|ring|recursive_halving")
       ->capture_default_str();
   app.add_option("--transport", opt.transport,
                  "shm|tcp (libfabric), uring, or uring-directional (uring with one connection per direction); "
@@ -438,7 +445,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"shm", "tcp", "uring", "uring-directional"}));
   app.add_option("--domain", opt.domain,
                  "buffer memory: host (ordinary process memory), host_shareable (memory::host::allocate_shareable: "
-                 "other ranks on the host map it, so shm all-reduces run on it in place) or emulated_device")
+                 "other ranks on the host map it, so shm all-reduces, reduce-scatters and all-gathers read it in place) or emulated_device")
       ->capture_default_str()->check(CLI::IsMember({"host", "host_shareable", "emulated_device"}));
   app.add_option("--json", opt.json, "also write the rows to this JSON file (rank 0)");
   app.add_option("--csv", opt.csv, "also write the rows to this CSV file (rank 0)");

@@ -436,6 +436,67 @@ TEST_CASE("shared_memory direct: shareable buffers are reduced in place across p
   if (!node && mapped != 0) f.add("peer buffers mapped without node memory");
 }
 
+TEST_CASE("node_direct: reduce-scatter and all-gather read shareable inputs across processes, in and out of place, and an ordinary input on one rank falls back") {
+  failures f;
+  auto& comm = world();
+  const int P = comm.world_size(), r = comm.rank();
+  const auto Pz = static_cast<std::size_t>(P);
+  const bool node = comm.endpoint().shared_node_memory() != nullptr;
+  const std::size_t threshold = (algo::node_direct_bytes / sizeof(float) + Pz - 1) / Pz;
+  const std::size_t mapped_before = memory::detail::peer_segment_mappings().size();
+  std::uint64_t salt = 1900;
+  // The threshold, an odd block, and an all-gather output past
+  // node_direct_gather_stream_bytes on 8 ranks (non-temporal stores).
+  for (std::size_t n : {threshold, threshold + Pz + 1, std::size_t{1100007}}) {
+    for (int plain : {-1, P - 1}) {  // the rank whose input is an ordinary vector (-1: none)
+      for (bool in_place : {true, false}) {
+        ++salt;
+        const bool shareable = r != plain;
+        const std::string how = std::string(in_place ? " in place" : "") +
+                                (plain >= 0 ? " rank " + std::to_string(plain) + " ordinary" : " all shareable");
+        // Reduce-scatter: P blocks of n in, block r out (an ordinary vector out of place).
+        {
+          auto shared = shareable ? memory::host::allocate_shareable<float>(n * Pz) : memory::host_buffer<float>{};
+          std::vector<float> vector(shareable ? 0 : n * Pz), separate(in_place ? 0 : n);
+          std::span<float> in = shareable ? shared.span() : std::span<float>(vector);
+          const auto values = make_input<float>(salt, r, n * Pz, false);
+          std::copy(values.begin(), values.end(), in.begin());
+          std::span<float> out = in_place ? in.subspan(n * static_cast<std::size_t>(r), n) : std::span<float>(separate);
+          const std::string what = describe("reduce_scatter", "automatic", n) + how;
+          if (!run(f, what, reduce_scatter(comm, std::span<const float>(in), out, op::sum))) return;
+          if (auto msg = check_reduced<float, op::sum_t>(out.data(), n, salt, P, n * static_cast<std::size_t>(r));
+              !msg.empty())
+            f.add(what + ": " + msg);
+        }
+        // All-gather: n in, P blocks of n out (in place: the input is block r of a shareable output).
+        {
+          const bool out_shareable = shareable && in_place;
+          auto shared_out = out_shareable ? memory::host::allocate_shareable<float>(n * Pz) : memory::host_buffer<float>{};
+          auto shared_in = shareable && !in_place ? memory::host::allocate_shareable<float>(n) : memory::host_buffer<float>{};
+          std::vector<float> vector_out(out_shareable ? 0 : n * Pz), vector_in(shareable || in_place ? 0 : n);
+          std::span<float> out = out_shareable ? shared_out.span() : std::span<float>(vector_out);
+          std::span<float> in = in_place ? out.subspan(n * static_cast<std::size_t>(r), n)
+                                         : (shareable ? shared_in.span() : std::span<float>(vector_in));
+          const auto values = make_input<float>(salt, r, n, false);
+          std::copy(values.begin(), values.end(), in.begin());
+          std::vector<float> expected;
+          for (int q = 0; q < P; ++q) {
+            auto part = make_input<float>(salt, q, n, false);
+            expected.insert(expected.end(), part.begin(), part.end());
+          }
+          const std::string what = describe("all_gather", "automatic", n) + how;
+          if (!run(f, what, all_gather(comm, std::span<const float>(in), out))) return;
+          check_equal(f, what, std::vector<float>(out.begin(), out.end()), expected);
+        }
+      }
+    }
+  }
+  // Across processes the direct path maps the peers' inputs (P > 1 on shm).
+  const std::size_t mapped = memory::detail::peer_segment_mappings().size() - mapped_before;
+  if (node && P > 1 && mapped == 0) f.add("no peer buffer was mapped: the direct path never ran");
+  if (!node && mapped != 0) f.add("peer buffers mapped without node memory");
+}
+
 TEST_CASE("mismatch: rank 1 calling broadcast while the others all-reduce fails every rank with collective_mismatch") {
   auto& comm = world();
   REQUIRE(comm.world_size() >= 2);

@@ -28,6 +28,7 @@
 
 #include <pdcoll/algorithm/by_size.hpp>
 #include <pdcoll/algorithm/direct.hpp>
+#include <pdcoll/algorithm/node_direct.hpp>
 #include <pdcoll/algorithm/rabenseifner.hpp>
 #include <pdcoll/algorithm/recursive_doubling.hpp>
 #include <pdcoll/algorithm/ring.hpp>
@@ -121,6 +122,18 @@ struct automatic {
                                                                  : shared_memory_scatter::all_reduce(ctx);
     }
     return automatic_by_size::all_reduce(ctx);
+  }
+
+  /// The default reduce-scatter: node_direct (straight between node-shareable
+  /// buffers of ranks on one host, else the ring).
+  static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
+    return node_direct::reduce_scatter(ctx);
+  }
+
+  /// The default all-gather: node_direct (straight between node-shareable
+  /// buffers of ranks on one host, else the ring).
+  static pdcoll::detail::collective_task all_gather(pdcoll::detail::collective_context& ctx) {
+    return node_direct::all_gather(ctx);
   }
 
  private:

@@ -68,12 +68,11 @@
 // device buffer) the ring runs instead.
 #pragma once
 
+#include <pdcoll/algorithm/detail/node_direct.hpp>
 #include <pdcoll/algorithm/ring.hpp>
 #include <pdcoll/detail/collective_operation.hpp>
 #include <pdcoll/detail/node_layout.hpp>
 #include <pdcoll/detail/stream_copy.hpp>
-#include <pdcoll/memory/node_shareable.hpp>
-#include <pdcoll/memory/peer_mappings.hpp>
 #include <pdcoll/transport/node_memory.hpp>
 
 #include <algorithm>
@@ -197,98 +196,24 @@ struct shared_memory_scatter {
       const pdcoll::detail::node_step s{&node, P, first};
       auto begin = [&](int q) { return detail::segment_begin(ctx.count, P, static_cast<std::size_t>(q)) * es; };
       auto size = [&](int q) { return detail::segment_size(ctx.count, P, static_cast<std::size_t>(q)) * es; };
-
-      condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
-      if (auto ec = co_await slot_free) co_return ec;
-      auto& mine = s.flags(r);
-      const auto own_input = memory::find_shareable(in, total), own_output = memory::find_shareable(out, total);
-      mine.direct_input[first & 1] = own_input && own_output ? *own_input : memory::shareable_range{};
-      mine.direct_output[first & 1] = own_input && own_output ? *own_output : memory::shareable_range{};
-      // From here until every rank is done reading this rank's buffers, an
-      // early return (timeout, abort) leaves their pages to the peers.
-      struct keep_pages_unless_finished {
-        const void* input;
-        const void* output;
-        bool finished = false;
-        ~keep_pages_unless_finished() {
-          if (finished) return;
-          memory::detail::shareable_segments().keep_pages(input);
-          memory::detail::shareable_segments().keep_pages(output);
-        }
-      } pages{in, out};
-      s.publish(r, signature);
-
-      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
-      if (auto ec = co_await published) co_return ec;
-      if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
-      // Every rank reads the same descriptors: where one is not shareable,
-      // all copy without a vote. Otherwise each maps the peers' buffers and
-      // votes, since a mapping may fail on one rank only.
-      bool every_rank_shareable = true;
-      for (int q = 0; q < P; ++q)
-        every_rank_shareable = every_rank_shareable && s.flags(q).direct_input[first & 1].shareable();
-      // Every rank's buffers in this process, pinned until the peers are done.
-      std::vector<memory::detail::peer_mappings::pinned> pins;
-      std::vector<const std::byte*> inputs(static_cast<std::size_t>(P)), outputs(static_cast<std::size_t>(P));
+      detail::node_direct_buffers buffers(P, in, total, out, total, /*peers_read_output=*/true);
       bool agreed = false;
-      if (every_rank_shareable) {
-        bool mapped = true;
-        auto& cache = memory::detail::peer_segment_mappings();
-        for (int q = 0; q < P && mapped; ++q) {
-          if (q == r) {
-            inputs[static_cast<std::size_t>(q)] = in;
-            outputs[static_cast<std::size_t>(q)] = out;
-            continue;
-          }
-          const auto& peer = s.flags(q);
-          pins.push_back(cache.resolve(peer.direct_input[first & 1], total));
-          inputs[static_cast<std::size_t>(q)] = pins.back().address();
-          pins.push_back(cache.resolve(peer.direct_output[first & 1], total));
-          outputs[static_cast<std::size_t>(q)] = pins.back().address();
-          mapped = inputs[static_cast<std::size_t>(q)] && outputs[static_cast<std::size_t>(q)];
-        }
-        s.vote(r, mapped);
-        condition_wait voted(ctx, &pdcoll::detail::node_step::all_voted, &s);
-        if (auto ec = co_await voted) co_return ec;
-        agreed = s.votes_agree();
-      }
+      if (auto ec = co_await detail::node_direct_handshake::ask(ctx, s, buffers, agreed)) co_return ec;
       if (agreed) {
         // Block r in rank order from every rank's input into this rank's
         // output (in place, block r of the output is written only by this
         // rank, and peers read only their own blocks of it).
-        const std::size_t at = begin(r);
-        auto reduce = [&](std::byte* to, std::size_t from, std::size_t bytes) {
-          auto source = [&](int q) { return inputs[static_cast<std::size_t>(q)] + from; };
-          ctx.red->apply3(to, source(0), source(1), bytes / es);
-          for (int q = 2; q < P; ++q) ctx.red->apply(to, source(q), bytes / es);
-        };
-        if (out != in || r < 2) {
-          reduce(out + at, at, size(r));
-        } else {
-          // In place on rank 2 and up, this rank's own contribution comes
-          // after the first partial sum is written: sum through a scratch
-          // block that stays in cache.
-          constexpr std::size_t scratch_bytes = std::size_t{64} << 10;  // a multiple of every element size
-          const std::size_t block = std::min(scratch_bytes, size(r));
-          std::byte* const scratch = ctx.scratch(block).address;
-          for (std::size_t done = 0; done < size(r); done += block) {
-            const std::size_t bytes = std::min(block, size(r) - done);
-            reduce(scratch, at + done, bytes);
-            std::memcpy(out + at + done, scratch, bytes);
-          }
-        }
+        detail::node_direct_reduce_block(ctx, out + begin(r), begin(r), size(r),
+                                         [&](int q) { return buffers.input(q); });
         s.raise(r, &node_flags::reduced);
 
         condition_wait all_reduced(ctx, &pdcoll::detail::node_step::all_reduced, &s);
         if (auto ec = co_await all_reduced) co_return ec;
         for (int q = 0; q < P; ++q)
-          if (q != r) copy_out(out + begin(q), outputs[static_cast<std::size_t>(q)] + begin(q), size(q));
-        s.raise(r, &node_flags::consumed);
+          if (q != r) copy_out(out + begin(q), buffers.output(q) + begin(q), size(q));
         // The user may change the buffers once this completes: not before
         // every peer has finished reading them.
-        condition_wait all_consumed(ctx, &pdcoll::detail::node_step::all_consumed, &s);
-        if (auto ec = co_await all_consumed) co_return ec;
-        pages.finished = true;
+        if (auto ec = co_await detail::node_direct_handshake::release(ctx, s, buffers)) co_return ec;
         // The chunk steps reserved for a fallback are skipped: mark them
         // consumed so later steps find their slots free. One of the marks
         // has the parity of step first - 1, which the collective started
@@ -299,6 +224,7 @@ struct shared_memory_scatter {
         const pdcoll::detail::node_step next{&node, P, first + 1};
         condition_wait previous_done(ctx, &pdcoll::detail::node_step::slot_free, &next);
         if (auto ec = co_await previous_done) co_return ec;
+        auto& mine = s.flags(r);
         const std::uint64_t last = first + chunks;
         pdcoll::detail::raise_flag_to(mine.consumed[last & 1], last);
         if (chunks > 1) pdcoll::detail::raise_flag_to(mine.consumed[(last - 1) & 1], last - 1);
@@ -307,7 +233,7 @@ struct shared_memory_scatter {
       }
       // Some rank's buffers are not shareable, or not mappable here: copy.
       // No peer reads this rank's buffers.
-      pages.finished = true;
+      buffers.finish();
       s.raise(r, &node_flags::consumed);
     }
     for (std::uint64_t k = 0; k < chunks; ++k) {
