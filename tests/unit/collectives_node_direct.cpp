@@ -7,7 +7,9 @@
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
 #include <support/outcome.hpp>
+#include <support/reference.hpp>
 #include <unit/exec_support.hpp>
+#include <unit/node_memory_support.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -29,20 +32,11 @@ namespace ex = pdcoll::exec;
 using pdcoll::testing::outcome_of;
 using namespace std::chrono_literals;
 
-// Small regions (two 28 KiB slots), as in collectives_shared_memory.cpp.
-constexpr std::size_t region_bytes = pdcoll::detail::node_slot_offset + 2 * 28 * 1024;
-
-float contribution(int rank, std::size_t i, std::uint64_t salt) {
-  return static_cast<float>((static_cast<std::uint64_t>(rank) * 7919 + i * 31 + salt * 17) % 1000) / 7.0f;
-}
-
-// Element i of every rank's contribution combined in rank order: what
-// node_direct's reduce-scatter computes, bit for bit.
-float rank_order_sum(int P, std::size_t i, std::uint64_t salt) {
-  float acc = contribution(0, i, salt);
-  for (int q = 1; q < P; ++q) acc += contribution(q, i, salt);
-  return acc;
-}
+constexpr std::size_t region_bytes = pdcoll::testing::small_region_bytes;
+using pdcoll::testing::clear_direct_votes;
+using pdcoll::testing::contribution;
+using pdcoll::testing::rank_order_sum;
+using pdcoll::testing::voted_yes;
 
 // Whether `got` is element i's sum in some order: within (P-1) roundings,
 // each at most FLT_EPSILON/2 of the magnitude of the partial sum.
@@ -59,18 +53,6 @@ std::size_t threshold_block(int P) {
   return (whole + static_cast<std::size_t>(P) - 1) / static_cast<std::size_t>(P);
 }
 
-// The direct question leaves this rank's vote in its flags: zeroing them
-// before a collective tells afterwards whether it voted yes.
-void clear_votes(pdcoll::communicator& comm) {
-  auto& flags = pdcoll::detail::flags_of(*comm.endpoint().shared_node_memory(), comm.rank());
-  pdcoll::detail::store_flag(flags.direct_vote[0], 0);
-  pdcoll::detail::store_flag(flags.direct_vote[1], 0);
-}
-bool voted_yes(pdcoll::communicator& comm) {
-  auto& flags = pdcoll::detail::flags_of(*comm.endpoint().shared_node_memory(), comm.rank());
-  return (pdcoll::detail::load_flag(flags.direct_vote[0]) & 1) != 0 ||
-         (pdcoll::detail::load_flag(flags.direct_vote[1]) & 1) != 0;
-}
 // A small all-reduce (the mailbox path: no vote) as a barrier.
 void meet(pdcoll::communicator& comm) {
   std::vector<float> one(1, 1.0f);
@@ -169,7 +151,7 @@ TEST_CASE("default reduce-scatter and all-gather on shareable inputs run directl
         for (bool in_place : {true, false}) {
           for (bool gather : {false, true}) {
             ++salt;
-            clear_votes(comm);
+            clear_direct_votes(comm);
             auto msg = gather ? all_gather_case(comm, n, salt, in_place, true)
                               : reduce_scatter_case(comm, n, salt, in_place, true, true);
             if (msg.empty() && !voted_yes(comm)) msg = "the direct path did not run";
@@ -197,7 +179,7 @@ TEST_CASE("reduce-scatter and all-gather fall back to the ring when one rank's i
         for (bool in_place : {true, false}) {
           for (bool gather : {false, true}) {
             ++salt;
-            clear_votes(comm);
+            clear_direct_votes(comm);
             const bool shareable = r != plain;
             auto msg = gather ? all_gather_case(comm, n, salt, in_place, shareable)
                               : reduce_scatter_case(comm, n, salt, in_place, shareable, false);
@@ -255,7 +237,7 @@ TEST_CASE("direct reduce-scatters and all-gathers in flight with direct and chun
   CHECK(failures.items.empty());
 }
 
-TEST_CASE("a direct reduce-scatter whose peer never joins times out, and its buffer keeps its pages") {
+TEST_CASE("a direct reduce-scatter whose peer never joins times out, marks its step abandoned, and its buffer keeps its pages") {
   auto fabric = pdcoll::transport::inproc::fabric::create(2);
   fabric->enable_node_memory(region_bytes);
   pdcoll::communicator_options o;
@@ -267,6 +249,9 @@ TEST_CASE("a direct reduce-scatter whose peer never joins times out, and its buf
   std::vector<float> out(n);
   const auto ec = outcome_of(pdcoll::reduce_scatter(comm, std::span<const float>(in.span()), std::span<float>(out)));
   CHECK(ec == pdcoll::errc::timeout);
+  // The step is marked abandoned, so a peer still reading fails its release.
+  auto& flags = pdcoll::detail::flags_of(*comm.endpoint().shared_node_memory(), 0);
+  CHECK((pdcoll::detail::load_flag(flags.direct_abandoned[0]) | pdcoll::detail::load_flag(flags.direct_abandoned[1])) != 0);
   // Freeing the input leaves the file its pages: a peer may still read them.
   const auto range = pdcoll::memory::find_shareable(in.data(), 2 * n * sizeof(float));
   REQUIRE(range);
@@ -278,4 +263,67 @@ TEST_CASE("a direct reduce-scatter whose peer never joins times out, and its buf
   REQUIRE(::fstat(kept, &st) == 0);
   CHECK(static_cast<std::size_t>(st.st_size) == mapped);
   ::close(kept);
+}
+
+TEST_CASE("a direct all-gather whose output reaches node_direct_gather_stream_bytes (non-temporal stores) stays exact") {
+  const std::size_t n = pdcoll::algo::node_direct_gather_stream_bytes / sizeof(float) / 2 + 5;
+  failure_list failures;
+  pdcoll::testing::run_inproc(2, [&](pdcoll::communicator& comm) {
+    std::uint64_t salt = 400;
+    for (bool in_place : {true, false}) {
+      clear_direct_votes(comm);
+      auto msg = all_gather_case(comm, n, ++salt, in_place, true);
+      if (msg.empty() && !voted_yes(comm)) msg = "the direct path did not run";
+      if (!msg.empty()) failures.add("rank " + std::to_string(comm.rank()) + (in_place ? " in place: " : ": ") + msg);
+    }
+  }, {}, region_bytes);
+  for (const auto& f : failures.items) MESSAGE(f);
+  CHECK(failures.items.empty());
+}
+
+namespace {
+
+// A direct reduce-scatter of T with Op, checked against the reference
+// within the tolerance that follows from the order of reduction.
+template <class T, class Op>
+std::string typed_reduce_scatter(pdcoll::communicator& comm, std::size_t n, std::uint64_t salt, bool in_place) {
+  const int P = comm.world_size(), r = comm.rank();
+  const std::size_t total = n * static_cast<std::size_t>(P), mine = n * static_cast<std::size_t>(r);
+  auto in = pdcoll::memory::host::allocate_shareable<T>(total);
+  const auto values = pdcoll::testing::make_input<T>(salt, r, total, std::is_same_v<Op, pdcoll::op::prod_t>);
+  std::copy(values.begin(), values.end(), in.data());
+  std::vector<T> separate(in_place ? 0 : n);
+  const std::span<T> out = in_place ? in.span().subspan(mine, n) : std::span<T>(separate);
+  clear_direct_votes(comm);
+  meet(comm);
+  const auto ec = outcome_of(pdcoll::reduce_scatter(comm, std::span<const T>(in.span()), out, Op{}));
+  if (ec) return "failed: " + ec.message();
+  if (auto msg = pdcoll::testing::check_reduced<T, Op>(out.data(), n, salt, P, mine); !msg.empty()) return msg;
+  return voted_yes(comm) ? std::string{} : "the direct path did not run";
+}
+
+}  // namespace
+
+TEST_CASE("direct reduce-scatters of int32 sums, double averages, bfloat16 sums and float products match the reference") {
+  for (int P : {3, 4}) {
+    CAPTURE(P);
+    failure_list failures;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      // Blocks of the threshold's bytes in the widest type cover it in every type.
+      const std::size_t n = threshold_block(P) + 3;
+      std::uint64_t salt = 500;
+      for (bool in_place : {true, false}) {
+        const std::string where = "rank " + std::to_string(comm.rank()) + (in_place ? " in place " : " ");
+        auto note = [&](const char* what, const std::string& msg) {
+          if (!msg.empty()) failures.add(where + what + ": " + msg);
+        };
+        note("int32 sum", typed_reduce_scatter<std::int32_t, pdcoll::op::sum_t>(comm, n, ++salt, in_place));
+        note("double avg", typed_reduce_scatter<double, pdcoll::op::avg_t>(comm, n, ++salt, in_place));
+        note("bfloat16 sum", typed_reduce_scatter<pdcoll::bfloat16, pdcoll::op::sum_t>(comm, 2 * n, ++salt, in_place));
+        note("float prod", typed_reduce_scatter<float, pdcoll::op::prod_t>(comm, n, ++salt, in_place));
+      }
+    }, {}, region_bytes);
+    for (const auto& f : failures.items) MESSAGE(f);
+    CHECK(failures.items.empty());
+  }
 }

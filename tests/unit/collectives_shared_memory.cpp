@@ -8,6 +8,7 @@
 #include <support/inproc_world.hpp>
 #include <support/outcome.hpp>
 #include <unit/exec_support.hpp>
+#include <unit/node_memory_support.hpp>
 
 #include <algorithm>
 #include <array>
@@ -26,13 +27,8 @@ namespace ex = pdcoll::exec;
 using pdcoll::testing::outcome_of;
 using namespace std::chrono_literals;
 
-// Small regions: slots of 28 KiB after the flags and mailboxes, so a few
-// thousand floats take several chunks.
-constexpr std::size_t region_bytes = pdcoll::detail::node_slot_offset + 2 * 28 * 1024;
-
-float contribution(int rank, std::size_t i, std::uint64_t salt) {
-  return static_cast<float>((static_cast<std::uint64_t>(rank) * 7919 + i * 31 + salt * 17) % 1000) / 7.0f;
-}
+constexpr std::size_t region_bytes = pdcoll::testing::small_region_bytes;
+using pdcoll::testing::contribution;
 
 // What every rank must get: contributions combined in rank order, which is
 // the order both shared-memory algorithms reduce in (so float results are exact).

@@ -56,7 +56,14 @@ struct node_direct {
   static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
     if (!worth_asking(ctx, node)) return ring::reduce_scatter(ctx);
-    return reduce_scatter_direct(ctx, *node);
+    const std::size_t block = ctx.bytes(ctx.count);
+    return direct(ctx, *node, block * static_cast<std::size_t>(ctx.world_size), block, &ring::reduce_scatter,
+                  [](pdcoll::detail::collective_context& c, const detail::node_direct_buffers& buffers) {
+                    // In place the output is block r of this rank's input, which no peer reads.
+                    const std::size_t bytes = c.bytes(c.count);
+                    detail::node_direct_reduce_block(c, c.output.address, static_cast<std::size_t>(c.rank) * bytes,
+                                                     bytes, [&](int q) { return buffers.input(q); });
+                  });
   }
 
   /// All-gather: ctx.input (ctx.count elements) of every rank concatenated
@@ -64,7 +71,21 @@ struct node_direct {
   static pdcoll::detail::collective_task all_gather(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
     if (!worth_asking(ctx, node)) return ring::all_gather(ctx);
-    return all_gather_direct(ctx, *node);
+    const std::size_t block = ctx.bytes(ctx.count);
+    return direct(ctx, *node, block, block * static_cast<std::size_t>(ctx.world_size), &ring::all_gather,
+                  [](pdcoll::detail::collective_context& c, const detail::node_direct_buffers& buffers) {
+                    const int r = c.rank, P = c.world_size;
+                    const std::size_t bytes = c.bytes(c.count);
+                    // In place the input is block r of the output: the copy is skipped.
+                    c.copy(c.output, static_cast<std::size_t>(r) * bytes, c.input, 0, bytes);
+                    const bool stream = bytes * static_cast<std::size_t>(P) >= node_direct_gather_stream_bytes;
+                    for (int q = 0; q < P; ++q) {
+                      if (q == r) continue;
+                      std::byte* const to = c.output.address + static_cast<std::size_t>(q) * bytes;
+                      if (stream) pdcoll::detail::stream_copy(to, buffers.input(q), bytes);
+                      else std::memcpy(to, buffers.input(q), bytes);
+                    }
+                  });
   }
 
  private:
@@ -75,49 +96,28 @@ struct node_direct {
     return node && P > 1 && block != 0 && block >= (node_direct_bytes + P - 1) / P;
   }
 
-  static pdcoll::detail::collective_task reduce_scatter_direct(pdcoll::detail::collective_context& ctx,
-                                                               transport::node_memory& node) {
-    const int r = ctx.rank, P = ctx.world_size;
-    const std::size_t block = ctx.bytes(ctx.count), at = static_cast<std::size_t>(r) * block;
+  /// One node-memory step: asks (detail/node_direct.hpp), then runs
+  /// `body(ctx, buffers)` on the mapped inputs and releases them, or runs
+  /// `fallback` when some rank's input is not shareable or not mapped.
+  /// Not inlined, for the reason detail::node_direct_handshake gives.
+  template <class Body>
+  [[gnu::noinline]] static pdcoll::detail::collective_task direct(
+      pdcoll::detail::collective_context& ctx, transport::node_memory& node, std::size_t input_bytes,
+      std::size_t output_bytes, pdcoll::detail::collective_task (*fallback)(pdcoll::detail::collective_context&),
+      Body body) {
     // Before the first suspension (see algorithm/shared_memory.hpp).
-    const pdcoll::detail::node_step s{&node, P, ctx.reserve_node_steps(1)};
-    detail::node_direct_buffers buffers(P, ctx.input.address, block * static_cast<std::size_t>(P),
-                                        ctx.output.address, block, /*peers_read_output=*/false);
+    const pdcoll::detail::node_step s{&node, ctx.world_size, ctx.reserve_node_steps(1)};
+    detail::node_direct_buffers buffers(ctx.world_size, ctx.input.address, input_bytes, ctx.output.address,
+                                        output_bytes, /*peers_read_output=*/false);
     bool agreed = false;
     if (auto ec = co_await detail::node_direct_handshake::ask(ctx, s, buffers, agreed)) co_return ec;
     if (!agreed) {
+      // No peer reads this rank's buffers.
       buffers.finish();
-      s.raise(r, &pdcoll::detail::node_flags::consumed);
-      co_return co_await ring::reduce_scatter(ctx);
+      s.raise(ctx.rank, &pdcoll::detail::node_flags::consumed);
+      co_return co_await fallback(ctx);
     }
-    // In place the output is block r of this rank's input, which no peer reads.
-    detail::node_direct_reduce_block(ctx, ctx.output.address, at, block, [&](int q) { return buffers.input(q); });
-    co_return co_await detail::node_direct_handshake::release(ctx, s, buffers);
-  }
-
-  static pdcoll::detail::collective_task all_gather_direct(pdcoll::detail::collective_context& ctx,
-                                                           transport::node_memory& node) {
-    const int r = ctx.rank, P = ctx.world_size;
-    const std::size_t block = ctx.bytes(ctx.count);
-    const pdcoll::detail::node_step s{&node, P, ctx.reserve_node_steps(1)};
-    detail::node_direct_buffers buffers(P, ctx.input.address, block, ctx.output.address,
-                                        block * static_cast<std::size_t>(P), /*peers_read_output=*/false);
-    bool agreed = false;
-    if (auto ec = co_await detail::node_direct_handshake::ask(ctx, s, buffers, agreed)) co_return ec;
-    if (!agreed) {
-      buffers.finish();
-      s.raise(r, &pdcoll::detail::node_flags::consumed);
-      co_return co_await ring::all_gather(ctx);
-    }
-    // In place the input is block r of the output: the copy is skipped.
-    ctx.copy(ctx.output, static_cast<std::size_t>(r) * block, ctx.input, 0, block);
-    const bool stream = block * static_cast<std::size_t>(P) >= node_direct_gather_stream_bytes;
-    for (int q = 0; q < P; ++q) {
-      if (q == r) continue;
-      std::byte* const to = ctx.output.address + static_cast<std::size_t>(q) * block;
-      if (stream) pdcoll::detail::stream_copy(to, buffers.input(q), block);
-      else std::memcpy(to, buffers.input(q), block);
-    }
+    body(ctx, buffers);
     co_return co_await detail::node_direct_handshake::release(ctx, s, buffers);
   }
 };

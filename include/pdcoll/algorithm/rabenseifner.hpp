@@ -97,8 +97,12 @@ struct rabenseifner {
     const detail::fold f(P);
     // Partial sums live in acc once there are any; until then this rank's
     // contributions are read straight from its input (never copied whole).
-    auto acc = ctx.scratch(total);
-    auto incoming = ctx.scratch(total);
+    // A rank that sits out only sends its input and receives its block.
+    pdcoll::detail::buffer_desc acc{}, incoming{};
+    if (!f.sits_out(r)) {
+      acc = ctx.scratch(total);
+      incoming = ctx.scratch(total);
+    }
     const pdcoll::detail::buffer_desc* sums = &ctx.input;
     auto combine = [&](std::size_t off, std::size_t bytes) {
       const std::size_t n = bytes / ctx.element_size;

@@ -208,8 +208,11 @@ struct ring_chunked {
       if (auto ec = co_await exchange_chunked(
               ctx, right, send_buf, send_off, block, left, recv_buf, 0, block, static_cast<std::uint32_t>(s * chunks),
               [&](std::size_t off, std::size_t bytes) {
-                if (!last || !in_place) ctx.reduce(recv_buf, off, ctx.input, recv_blk * block + off, bytes / es);
-                else ctx.reduce(ctx.output, off, recv_buf, off, bytes / es);
+                // op(own, incoming), as the all-reduce's ring combines (custom
+                // ops need not be commutative in ties).
+                if (bytes == 0) return;
+                std::byte* const to = (last && in_place ? ctx.output.address : recv_buf.address) + off;
+                ctx.red->apply3(to, ctx.input.address + recv_blk * block + off, recv_buf.address + off, bytes / es);
               }))
         co_return ec;
     }

@@ -69,8 +69,8 @@ struct reduction_table {
   std::uint32_t op_id = 0;    ///< reduce::reduction value (signature)
   /// inout[i] = op(inout[i], in[i]) for i < count.
   void (*apply)(void* inout, const void* in, std::size_t count) noexcept = nullptr;
-  /// out[i] = op(a[i], b[i]) for i < count (out aliases neither); nullptr for
-  /// tables that do not reduce.
+  /// out[i] = op(a[i], b[i]) for i < count (out may be a or b, but must not
+  /// otherwise overlap them); nullptr for tables that do not reduce.
   void (*apply3)(void* out, const void* a, const void* b, std::size_t count) noexcept = nullptr;
   /// Post-processing after the last combine (avg divides by the world size).
   void (*finalize)(void* data, std::size_t count, int world_size) noexcept = nullptr;

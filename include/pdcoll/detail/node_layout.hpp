@@ -45,14 +45,19 @@ struct node_flags {
   /// Small all-reduce: the mark of the last mailbox collective whose
   /// contributions this rank has finished reading (0: none).
   alignas(64) std::uint64_t mail_done;
-  /// Direct all-reduce (shared_memory_scatter over shareable buffers): this
-  /// rank's input and output for the step of parity p, written before it
-  /// publishes the step; not shareable() when they are not both shareable.
+  /// Direct collectives (algorithm/detail/node_direct.hpp): this rank's
+  /// input and output for the step of parity p, written before it
+  /// publishes the step; the input is not shareable() when the buffers peers
+  /// read are not all shareable, and the output is empty unless peers read it.
   alignas(64) memory::shareable_range direct_input[2];
   memory::shareable_range direct_output[2];
-  /// Direct all-reduce: the vote for the step of parity p, (step << 1) | 1
+  /// Direct collectives: the vote for the step of parity p, (step << 1) | 1
   /// when this rank mapped every rank's buffers, (step << 1) when not.
   alignas(64) std::uint64_t direct_vote[2];
+  /// Direct collectives: the step of parity p this rank ended early (an
+  /// error after publishing), so that its buffers may change under a peer
+  /// still reading them; such a peer then fails instead of succeeding.
+  alignas(64) std::uint64_t direct_abandoned[2];
 };
 
 /// The start of one of a rank's two mailboxes (node_small_all_reduce.hpp);

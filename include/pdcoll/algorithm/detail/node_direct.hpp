@@ -19,7 +19,9 @@
 //      caller may change its buffers as soon as its collective completes.
 // From publishing until the release, an early end (timeout, abort) marks
 // this rank's buffers keep_pages, so freeing them does not empty the file
-// under a peer that may still read it.
+// under a peer that may still read it, and marks the step abandoned: a
+// peer that was still reading them then fails its release with
+// errc::aborted instead of completing on data that may have changed.
 #pragma once
 
 #include <pdcoll/detail/collective_operation.hpp>
@@ -28,6 +30,7 @@
 #include <pdcoll/memory/peer_mappings.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <optional>
@@ -55,11 +58,17 @@ class node_direct_buffers {
   node_direct_buffers(const node_direct_buffers&) = delete;
   node_direct_buffers& operator=(const node_direct_buffers&) = delete;
   /// Unless finish() was called: peers may still read this rank's buffers,
-  /// so their pages outlive a free (memory::detail::shareable_table::keep_pages).
+  /// so their pages outlive a free (memory::detail::shareable_table::keep_pages),
+  /// and the step is marked abandoned before the caller can change them
+  /// (node_direct_handshake::release fails a peer that sees the mark).
   ~node_direct_buffers() {
     if (finished_ || !published_) return;
     memory::detail::shareable_segments().keep_pages(input_);
     if (peers_read_output_) memory::detail::shareable_segments().keep_pages(output_);
+    // Sequentially consistent, and fenced: the caller's later stores to its
+    // buffers must not become visible before the mark.
+    std::atomic_ref<std::uint64_t>(mine_->direct_abandoned[step_ & 1]).store(step_, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
 
   /// Rank q's input as mapped here (this rank's own: its input).
@@ -78,7 +87,19 @@ class node_direct_buffers {
     const bool shareable = in && (!peers_read_output_ || out);
     mine.direct_input[step & 1] = shareable ? *in : memory::shareable_range{};
     mine.direct_output[step & 1] = shareable && out ? *out : memory::shareable_range{};
+    mine_ = &mine;
+    step_ = step;
     published_ = true;
+  }
+  /// After every rank consumed the step: some rank ended it early, and its
+  /// buffers may have changed while this rank read them.
+  static bool abandoned_by_some_rank(const pdcoll::detail::node_step& s) noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (int q = 0; q < s.world_size; ++q)
+      if (std::atomic_ref<std::uint64_t>(s.flags(q).direct_abandoned[s.step & 1]).load(std::memory_order_seq_cst) ==
+          s.step)
+        return true;
+    return false;
   }
   /// After every rank published: every rank's buffers are shareable.
   static bool every_rank_shareable(const pdcoll::detail::node_step& s) noexcept {
@@ -115,6 +136,8 @@ class node_direct_buffers {
   const std::byte* output_;
   std::size_t input_bytes_, output_bytes_;
   bool peers_read_output_;
+  pdcoll::detail::node_flags* mine_ = nullptr;
+  std::uint64_t step_ = 0;
   bool published_ = false;
   bool finished_ = false;
   std::vector<memory::detail::peer_mappings::pinned> pins_;
@@ -158,7 +181,9 @@ struct node_direct_handshake {
   }
 
   /// Step 4 (see the file comment): marks `s` consumed and completes once
-  /// every rank has; then no peer reads this rank's buffers.
+  /// every rank has; then no peer reads this rank's buffers. Fails with
+  /// errc::aborted when a rank ended the step early (its buffers may have
+  /// changed while this rank read them).
   [[gnu::noinline]] static pdcoll::detail::collective_task release(pdcoll::detail::collective_context& ctx,
                                                  const pdcoll::detail::node_step& s, node_direct_buffers& b) {
     using pdcoll::detail::condition_wait;
@@ -166,6 +191,7 @@ struct node_direct_handshake {
     condition_wait all_consumed(ctx, &pdcoll::detail::node_step::all_consumed, &s);
     if (auto ec = co_await all_consumed) co_return ec;
     b.finish();
+    if (node_direct_buffers::abandoned_by_some_rank(s)) co_return make_error_code(errc::aborted);
     co_return std::error_code{};
   }
 };
