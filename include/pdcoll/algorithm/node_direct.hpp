@@ -18,8 +18,10 @@
 // transport (over libfabric shm a copy through the kernel per byte, at
 // best) and reads its input once more to combine; an all-gather copies
 // (P-1)·b with memcpy where the ring moves the same bytes through the
-// transport. Asking costs one handshake, two with shareable buffers. Large
-// all-gather outputs are written with non-temporal stores.
+// transport. Asking costs two handshakes with shareable buffers and a few
+// stores with ordinary ones (that rank knows the answer and does not wait
+// for the others). Large all-gather outputs are written with non-temporal
+// stores.
 // Otherwise (ordinary buffers, no node memory, a staged device buffer, a
 // smaller buffer) the ring runs.
 #pragma once

@@ -53,8 +53,9 @@
 // Each rank then moves about 2.5n bytes on 2 ranks (n read and n/2 written
 // by the reduction, n/2 copied) against 4.5n through the slots, and the
 // copies into node memory are gone. Otherwise every rank runs the chunks
-// below in the steps reserved after it. The cost of asking is one
-// handshake for ordinary buffers and two for shareable ones, noise from
+// below in the steps reserved after it. The cost of asking is a few
+// stores for a rank whose own buffers are ordinary (it does not wait for
+// the others' answers) and two handshakes for shareable ones, noise from
 // node_direct_bytes up.
 //
 // Out of place, from node_stream_output_bytes up, shared_memory_scatter

@@ -9,7 +9,9 @@
 //      live (or that they are not shareable) into its flags and publishes
 //      the step with the collective's signature;
 //   2. once every rank has, each checks the signatures; where some rank's
-//      buffers are not shareable every rank sees it and none votes;
+//      buffers are not shareable every rank sees it and none votes (a rank
+//      whose own buffers are not shareable knows the answer at once, and
+//      does not wait);
 //      otherwise each maps every peer's buffers read-only
 //      (memory/peer_mappings.hpp, cached and pinned) and votes;
 //   3. the collective runs directly when every vote is yes, and falls back
@@ -79,8 +81,8 @@ class node_direct_buffers {
   void finish() noexcept { finished_ = true; }
 
   /// Writes this rank's descriptors for `step` into `mine` (before it
-  /// publishes the step).
-  void describe(pdcoll::detail::node_flags& mine, std::uint64_t step) noexcept {
+  /// publishes the step); false when they say "not shareable".
+  bool describe(pdcoll::detail::node_flags& mine, std::uint64_t step) noexcept {
     const auto in = memory::find_shareable(input_, input_bytes_);
     const auto out = peers_read_output_ ? memory::find_shareable(output_, output_bytes_)
                                         : std::optional<memory::shareable_range>{};
@@ -90,6 +92,7 @@ class node_direct_buffers {
     mine_ = &mine;
     step_ = step;
     published_ = true;
+    return shareable;
   }
   /// After every rank consumed the step: some rank ended it early, and its
   /// buffers may have changed while this rank read them.
@@ -163,7 +166,13 @@ struct node_direct_handshake {
     agreed = false;
     condition_wait slot_free(ctx, &node_step::slot_free, &s);
     if (auto ec = co_await slot_free) co_return ec;
-    b.describe(s.flags(r), s.step);
+    // This rank's buffers not shareable: the answer is no, and waiting for
+    // the peers would only hold this rank's fallback back until every rank
+    // has arrived. The peers read the descriptor and copy too.
+    if (!b.describe(s.flags(r), s.step)) {
+      s.publish(r, signature);
+      co_return std::error_code{};
+    }
     s.publish(r, signature);
 
     condition_wait published(ctx, &node_step::all_published, &s);
