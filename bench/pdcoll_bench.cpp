@@ -287,6 +287,10 @@ class runner {
         });
       if (opt_.algo == "ring")
         return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_gather<pdcoll::algo::ring>(comm_, vin, vout)); });
+      if (opt_.algo == "shared_memory")
+        return body([this](auto vin, auto vout) {
+          exec::sync_wait(pdcoll::all_gather<pdcoll::algo::shared_memory>(comm_, vin, vout));
+        });
       return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_gather(comm_, vin, vout)); });
     }
     if (c == "reduce_scatter") {
@@ -300,6 +304,11 @@ class runner {
           return body([this, op](auto vin, auto vout) {
             if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
               exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::ring>(comm_, vin, vout, op));
+          });
+        if (opt_.algo == "shared_memory")
+          return body([this, op](auto vin, auto vout) {
+            if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+              exec::sync_wait(pdcoll::reduce_scatter<pdcoll::algo::shared_memory>(comm_, vin, vout, op));
           });
         return body([this, op](auto vin, auto vout) {
           if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
@@ -397,8 +406,8 @@ const std::map<std::string, std::vector<std::string>>& algorithms() {
       {"all_reduce", {"automatic", "ring", "recursive_doubling", "rabenseifner", "tree", "direct"}},
       {"broadcast", {"tree", "chain"}},
       {"reduce", {"tree"}},
-      {"all_gather", {"automatic", "ring", "recursive_doubling"}},
-      {"reduce_scatter", {"automatic", "ring", "recursive_halving", "rabenseifner"}},
+      {"all_gather", {"automatic", "ring", "recursive_doubling", "shared_memory"}},
+      {"reduce_scatter", {"automatic", "ring", "recursive_halving", "rabenseifner", "shared_memory"}},
       {"all_to_all", {"pairwise"}},
       {"sendrecv", {"direct"}},
   };
@@ -437,7 +446,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"}));
   app.add_option("--algo", opt.algo,
                  "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct (sets PDCOLL_ALGO); "
-                 "broadcast tree|chain; all_gather automatic|ring|recursive_doubling; reduce_scatter automatic|ring|recursive_halving")
+                 "broadcast tree|chain; all_gather automatic|ring|recursive_doubling|shared_memory; reduce_scatter automatic|ring|recursive_halving|shared_memory")
       ->capture_default_str();
   app.add_option("--transport", opt.transport,
                  "shm|tcp (libfabric), uring, or uring-directional (uring with one connection per direction); "

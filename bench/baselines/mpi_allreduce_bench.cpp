@@ -1,11 +1,14 @@
 // File: bench/baselines/mpi_allreduce_bench.cpp — the MPI baseline for
-// pdcoll-bench: MPI_Allreduce of float32 sums, out-of-place and in place
+// pdcoll-bench: MPI_Allreduce of float32 sums (or, with --collective,
+// MPI_Reduce_scatter_block / MPI_Allgather), out-of-place and in place
 // (MPI_IN_PLACE), with pdcoll-bench's sizes, timing (median over -n
 // iterations on rank 0 after warm-up and a barrier, or with --timing mean
-// their mean), columns and files.
+// their mean), columns and files. As in nccl-tests, the size of a
+// reduce-scatter or all-gather is the whole buffer (P blocks).
 //
 //     mpirun -n 4 --oversubscribe --mca btl self,vader mpi_allreduce_bench -b 4K -e 256M -f 2
 //     mpirun -n 2 --mca btl self,tcp --mca btl_tcp_if_include lo mpi_allreduce_bench --transport tcp
+//     mpirun -n 2 --mca btl self,vader mpi_allreduce_bench --collective reduce_scatter
 //
 // --transport only labels the CSV/JSON rows (the btl is chosen on mpirun's
 // command line). -c 1 checks every element (rank r contributes r + 1 + i % 7).
@@ -26,6 +29,7 @@ namespace {
 /// The options pdcoll-bench shares with this baseline.
 struct options {
   std::string min_bytes = "32M", max_bytes = "32M", transport = "mpi", csv, json;
+  std::string collective = "all_reduce";  ///< all_reduce, reduce_scatter or all_gather
   double factor = 2;
   int iters = 20, warmup = 5, check = 1;
   std::string timing = "median";
@@ -45,23 +49,45 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "-c") o.check = std::stoi(v);
     else if (a == "--transport") o.transport = v;
     else if (a == "--timing") o.timing = v;
+    else if (a == "--collective") o.collective = v;
     else if (a == "--csv") o.csv = v;
     else if (a == "--json") o.json = v;
     else return false;
   }
-  return o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing);
+  const bool known = o.collective == "all_reduce" || o.collective == "reduce_scatter" || o.collective == "all_gather";
+  return known && o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing);
 }
 
 float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }
 
-/// Times one placement and (-c 1) checks it.
+/// Times one placement of o.collective over `count` elements (the whole
+/// buffer; a block is count / world) and (-c 1) checks it.
 pdcoll::bench::measurement measure(std::size_t count, bool in_place, const options& o, int rank, int world) {
-  std::vector<float> in(count), out(count);
-  for (std::size_t i = 0; i < count; ++i) in[i] = input(rank, i);
-  const int n = static_cast<int>(count);
+  const std::size_t block = count / static_cast<std::size_t>(world);
+  const bool reduce_scatter = o.collective == "reduce_scatter", all_gather = o.collective == "all_gather";
+  // all_gather's input is one block; the others' is the whole buffer.
+  std::vector<float> in(all_gather ? block : count), out(reduce_scatter ? block : count);
+  auto fill = [&] {
+    if (all_gather && in_place) {
+      for (std::size_t i = 0; i < block; ++i) out[static_cast<std::size_t>(rank) * block + i] = input(rank, i);
+    } else {
+      for (std::size_t i = 0; i < in.size(); ++i) in[i] = input(rank, i);
+    }
+  };
+  fill();
+  const int n = static_cast<int>(count), b = static_cast<int>(block);
   auto once = [&] {
-    if (in_place) MPI_Allreduce(MPI_IN_PLACE, in.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    else MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (reduce_scatter) {
+      // In place, MPI leaves this rank's block at the start of the buffer.
+      if (in_place) MPI_Reduce_scatter_block(MPI_IN_PLACE, in.data(), b, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else MPI_Reduce_scatter_block(in.data(), out.data(), b, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    } else if (all_gather) {
+      if (in_place) MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, out.data(), b, MPI_FLOAT, MPI_COMM_WORLD);
+      else MPI_Allgather(in.data(), b, MPI_FLOAT, out.data(), b, MPI_FLOAT, MPI_COMM_WORLD);
+    } else {
+      if (in_place) MPI_Allreduce(MPI_IN_PLACE, in.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
   };
   for (int i = 0; i < o.warmup; ++i) once();
   MPI_Barrier(MPI_COMM_WORLD);
@@ -73,17 +99,28 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
   }
   pdcoll::bench::measurement m;
   m.time_us = pdcoll::bench::summarize(samples, o.timing);
-  pdcoll::bench::set_bandwidth(m, count * sizeof(float), "all_reduce", world);
+  pdcoll::bench::set_bandwidth(m, count * sizeof(float), o.collective, world);
   if (o.check) {
-    for (std::size_t i = 0; i < count; ++i) in[i] = input(rank, i);
     std::fill(out.begin(), out.end(), -1.0f);
+    fill();
     once();
-    const std::vector<float>& got = in_place ? in : out;
     long long wrong = 0;
-    for (std::size_t i = 0; i < count; ++i) {
+    auto sum = [&](std::size_t i) {  // small integers: exact in any order
       float expected = 0;
-      for (int r = 0; r < world; ++r) expected += input(r, i);  // small integers: exact in any order
-      if (got[i] != expected) ++wrong;
+      for (int r = 0; r < world; ++r) expected += input(r, i);
+      return expected;
+    };
+    if (reduce_scatter) {
+      const float* got = in_place ? in.data() : out.data();
+      for (std::size_t i = 0; i < block; ++i)
+        if (got[i] != sum(static_cast<std::size_t>(rank) * block + i)) ++wrong;
+    } else if (all_gather) {
+      for (std::size_t i = 0; i < block * static_cast<std::size_t>(world); ++i)
+        if (out[i] != input(static_cast<int>(i / block), i % block)) ++wrong;
+    } else {
+      const std::vector<float>& got = in_place ? in : out;
+      for (std::size_t i = 0; i < count; ++i)
+        if (got[i] != sum(i)) ++wrong;
     }
     MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     m.wrong = wrong;
@@ -112,7 +149,7 @@ int main(int argc, char** argv) {
   if (!ok || sizes.empty()) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] "
-                           "[--transport label] [--csv file] [--json file]\n");
+                           "[--transport label] [--collective all_reduce|reduce_scatter|all_gather] [--csv file] [--json file]\n");
     MPI_Finalize();
     return 2;
   }
@@ -122,10 +159,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<pdcoll::bench::report> report;
   if (rank == 0) {
     report = std::make_unique<pdcoll::bench::report>(
-        pdcoll::bench::run_description{"openmpi", o.transport, "MPI_Allreduce", "all_reduce", "host", world, o.timing},
+        pdcoll::bench::run_description{"openmpi", o.transport,
+                                       o.collective == "reduce_scatter" ? "MPI_Reduce_scatter_block"
+                                       : o.collective == "all_gather"   ? "MPI_Allgather"
+                                                                        : "MPI_Allreduce",
+                                       o.collective, "host", world, o.timing},
         o.csv, o.json);
     std::string first_line(version, std::strcspn(version, "\n,"));
-    std::printf("# mpi_allreduce_bench all_reduce  ranks %d  transport %s  library %s\n", world, o.transport.c_str(),
+    std::printf("# mpi_allreduce_bench %s  ranks %d  transport %s  library %s\n", o.collective.c_str(), world, o.transport.c_str(),
                 first_line.c_str());
     std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d "
                 "time: %s of iters, rank 0\n",
@@ -134,7 +175,9 @@ int main(int argc, char** argv) {
   }
   for (std::size_t bytes : sizes) {
     pdcoll::bench::row r;
-    r.count = bytes / sizeof(float);
+    // A reduce-scatter or all-gather size holds a whole number of blocks.
+    const std::size_t unit = o.collective == "all_reduce" ? 1 : static_cast<std::size_t>(world);
+    r.count = bytes / sizeof(float) / unit * unit;
     r.bytes = r.count * sizeof(float);
     r.type = "float";
     r.redop = "sum";

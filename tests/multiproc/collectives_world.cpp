@@ -240,6 +240,11 @@ TEST_CASE(
       all_gather_case<algo::recursive_doubling, std::int32_t>(f, block, ++salt, in_place);
       reduce_scatter_case<algo::ring, float, op::sum_t>(f, block, ++salt, in_place);
       reduce_scatter_case<algo::recursive_halving, std::int32_t, op::max_t>(f, block, ++salt, in_place);
+      // Through node memory on shm (the ring elsewhere), and the default.
+      all_gather_case<algo::shared_memory, float>(f, block, ++salt, in_place);
+      reduce_scatter_case<algo::shared_memory, double, op::sum_t>(f, block, ++salt, in_place);
+      all_gather_case<algo::automatic, std::int32_t>(f, block, ++salt, in_place);
+      reduce_scatter_case<algo::automatic, float, op::avg_t>(f, block, ++salt, in_place);
     }
     all_to_all_case<float>(f, block, ++salt);
     run(f, "barrier", barrier(world()));

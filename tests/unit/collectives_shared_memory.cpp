@@ -426,3 +426,103 @@ TEST_CASE("a direct all-reduce that finishes before the chunked one started ahea
     CHECK(wrong == 0);
   }
 }
+
+TEST_CASE("shared_memory reduce-scatter and all-gather go through the slots: exact rank-order results, 1 to 8 ranks, in and out of place, one and several chunks") {
+  // Slots of 28 KiB: 7168 floats, so an all-gather block of 2·7168+5 takes
+  // three steps, and a reduce-scatter block of 2·(7168/P)+3 three too.
+  constexpr std::size_t slot_floats = 28 * 1024 / sizeof(float);
+  for (int P : {1, 2, 3, 4, 5, 8}) {
+    CAPTURE(P);
+    const auto Pz = static_cast<std::size_t>(P);
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank();
+      const auto rz = static_cast<std::size_t>(r);
+      std::uint64_t salt = 800;
+      auto fail = [&](const std::string& what) {
+        std::lock_guard lock(failures_mutex);
+        failures.push_back("rank " + std::to_string(r) + " " + what);
+      };
+      for (bool in_place : {true, false}) {
+        for (std::size_t n : {std::size_t{1}, Pz + 1, 2 * (slot_floats / Pz) + 3, 2 * slot_floats + 5}) {
+          const std::string where = "n=" + std::to_string(n) + (in_place ? " in place: " : ": ");
+          {  // reduce-scatter
+            ++salt;
+            std::vector<float> in(n * Pz + 2, -1.0f), separate(n + 2, -1.0f);
+            for (std::size_t i = 0; i < n * Pz; ++i) in[i + 1] = contribution(r, i, salt);
+            std::span<float> input(in.data() + 1, n * Pz);
+            std::span<float> out = in_place ? input.subspan(rz * n, n) : std::span<float>(separate).subspan(1, n);
+            meet(comm);
+            clear_slots(comm);
+            meet(comm);
+            const auto ec = outcome_of(pdcoll::reduce_scatter<pdcoll::algo::shared_memory>(
+                comm, std::span<const float>(input), out));
+            bool right = !ec;
+            for (std::size_t i = 0; i < n && right; ++i) right = out[i] == pdcoll::testing::rank_order_sum(P, rz * n + i, salt);
+            const bool fenced = in.front() == -1.0f && in.back() == -1.0f && separate.front() == -1.0f && separate.back() == -1.0f;
+            const bool slots_used = P == 1 || !slots_untouched(comm);
+            if (!right || !fenced || !slots_used)
+              fail("reduce_scatter " + where + (ec ? ec.message() : "") + (right ? "" : " wrong") +
+                   (fenced ? "" : " wrote outside") + (slots_used ? "" : " slots unused"));
+          }
+          {  // all-gather
+            ++salt;
+            std::vector<float> out_buffer(n * Pz + 2, -1.0f), separate(n);
+            std::span<float> output(out_buffer.data() + 1, n * Pz);
+            std::span<float> input = in_place ? output.subspan(rz * n, n) : std::span<float>(separate);
+            for (std::size_t i = 0; i < n; ++i) input[i] = contribution(r, i, salt);
+            meet(comm);
+            clear_slots(comm);
+            meet(comm);
+            const auto ec = outcome_of(pdcoll::all_gather<pdcoll::algo::shared_memory>(
+                comm, std::span<const float>(input), output));
+            bool right = !ec;
+            for (std::size_t i = 0; i < n * Pz && right; ++i) right = output[i] == contribution(static_cast<int>(i / n), i % n, salt);
+            const bool fenced = out_buffer.front() == -1.0f && out_buffer.back() == -1.0f;
+            const bool slots_used = P == 1 || !slots_untouched(comm);
+            if (!right || !fenced || !slots_used)
+              fail("all_gather " + where + (ec ? ec.message() : "") + (right ? "" : " wrong") +
+                   (fenced ? "" : " wrote outside") + (slots_used ? "" : " slots unused"));
+          }
+        }
+      }
+    }, {}, region_bytes);
+    for (const auto& f : failures) MESSAGE(f);
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("slot reduce-scatters and all-gathers in flight with chunked and one-step all-reduces interleave their steps correctly") {
+  const int P = 3;
+  std::mutex failures_mutex;
+  int wrong = 0;
+  pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+    const int r = comm.rank();
+    const std::size_t n = 5000;  // several steps of every kind
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t salt = 900 + 10 * round;
+      std::vector<float> rs_in(n * P), rs_out(n), ag_in(n), ag_out(n * P), chunked(3 * n), small(5);
+      for (std::size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = contribution(r, i, salt);
+      for (std::size_t i = 0; i < n; ++i) ag_in[i] = contribution(r, i, salt + 1);
+      for (std::size_t i = 0; i < chunked.size(); ++i) chunked[i] = contribution(r, i, salt + 2);
+      for (std::size_t i = 0; i < small.size(); ++i) small[i] = contribution(r, i, salt + 3);
+      namespace algo = pdcoll::algo;
+      ex::sync_wait(ex::when_all(
+          pdcoll::reduce_scatter<algo::shared_memory>(comm, std::span<const float>(rs_in), std::span<float>(rs_out)),
+          pdcoll::all_reduce<algo::shared_memory_scatter>(comm, std::span<float>(chunked)),
+          pdcoll::all_gather<algo::shared_memory>(comm, std::span<const float>(ag_in), std::span<float>(ag_out)),
+          pdcoll::all_reduce<algo::shared_memory>(comm, std::span<float>(small))));
+      bool right = true;
+      for (std::size_t i = 0; i < n && right; ++i) right = rs_out[i] == pdcoll::testing::rank_order_sum(P, r * n + i, salt);
+      for (std::size_t i = 0; i < n * P && right; ++i) right = ag_out[i] == contribution(static_cast<int>(i / n), i % n, salt + 1);
+      for (std::size_t i = 0; i < chunked.size() && right; ++i) right = chunked[i] == pdcoll::testing::rank_order_sum(P, i, salt + 2);
+      for (std::size_t i = 0; i < small.size() && right; ++i) right = small[i] == pdcoll::testing::rank_order_sum(P, i, salt + 3);
+      if (!right) {
+        std::lock_guard lock(failures_mutex);
+        ++wrong;
+      }
+    }
+  }, {}, region_bytes);
+  CHECK(wrong == 0);
+}

@@ -1,7 +1,9 @@
 // File: algorithm/shared_memory.hpp — all-reduces through memory that every
 // rank maps (transport/node_memory.hpp), for ranks on one host:
 // shared_memory (one reduction of everything, for latency) and
-// shared_memory_scatter (a reduce-scatter and an all-gather, for bandwidth).
+// shared_memory_scatter (a reduce-scatter and an all-gather, for bandwidth);
+// and shared_memory's reduce-scatter and all-gather, which take the same
+// steps (a chunk into the own slot, then every peer's out of theirs).
 //
 // Every rank copies its contribution into its own region, raises a flag,
 // waits for every rank's flag, then reduces all contributions in rank order
@@ -120,11 +122,96 @@ struct shared_memory {
     return through(ctx, *node);
   }
 
+  /// Reduce-scatter through node memory: per step, each rank copies a chunk
+  /// of every other rank's block into its slot; rank r combines chunk r of
+  /// every slot (its own contribution read from its input) in rank order
+  /// into its output. The ring without node memory, or with a slot too
+  /// small for an element per rank.
+  static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    const auto P = static_cast<std::size_t>(ctx.world_size);
+    if (!node || P == 1 || ctx.count == 0 || pdcoll::detail::node_step::slot_bytes(*node) / ctx.element_size < P)
+      return ring::reduce_scatter(ctx);
+    return reduce_scatter_through(ctx, *node);
+  }
+
+  /// All-gather through node memory: per step, each rank copies a chunk of
+  /// its block into its slot and then every peer's chunk out of theirs. The
+  /// ring without node memory.
+  static pdcoll::detail::collective_task all_gather(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    if (!node || ctx.world_size == 1 || ctx.count == 0 ||
+        pdcoll::detail::node_step::slot_bytes(*node) < ctx.element_size)
+      return ring::all_gather(ctx);
+    // This rank's own block first (in place it is already there).
+    const std::size_t block = ctx.bytes(ctx.count);
+    ctx.copy(ctx.output, static_cast<std::size_t>(ctx.rank) * block, ctx.input, 0, block);
+    return chunk_steps(ctx, *node, block,
+                       [block](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
+                               std::size_t offset, std::size_t bytes) {
+                         for (int q = 0; q < c.world_size; ++q)
+                           if (q != c.rank)
+                             std::memcpy(c.output.address + static_cast<std::size_t>(q) * block + offset, s.slot(q), bytes);
+                       });
+  }
+
  private:
+  static pdcoll::detail::collective_task reduce_scatter_through(pdcoll::detail::collective_context& ctx,
+                                                                transport::node_memory& node) {
+    using pdcoll::detail::condition_wait;
+    const int r = ctx.rank, P = ctx.world_size;
+    const std::size_t es = ctx.element_size, count = ctx.count;
+    // Elements of each block per step: P of them fill a slot.
+    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / es / static_cast<std::size_t>(P);
+    const std::uint64_t chunks = (count + chunk - 1) / chunk;
+    // Before the first suspension (see the file comment).
+    const std::uint64_t first = ctx.reserve_node_steps(chunks);
+    const std::uint64_t signature = ctx.signature();
+    const std::byte* const in = ctx.input.address;
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      const pdcoll::detail::node_step s{&node, P, first + k};
+      const std::size_t e0 = k * chunk, bytes = std::min(chunk, count - e0) * es;
+      auto from_input = [&](int q) { return in + (static_cast<std::size_t>(q) * count + e0) * es; };
+
+      condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
+      if (auto ec = co_await slot_free) co_return ec;
+      for (int q = 0; q < P; ++q)
+        if (q != r) std::memcpy(s.slot(r) + static_cast<std::size_t>(q) * chunk * es, from_input(q), bytes);
+      s.publish(r, signature);
+
+      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
+      if (auto ec = co_await published) co_return ec;
+      if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
+      // In place the output is this rank's input block, read as its own
+      // contribution: node_direct_reduce_block sees to the order.
+      const std::size_t mine = static_cast<std::size_t>(r) * chunk * es;
+      detail::node_direct_reduce_block(ctx, ctx.output.address + e0 * es, 0, bytes, [&](int q) -> const std::byte* {
+        return q == r ? from_input(r) : s.slot(q) + mine;
+      });
+      s.raise(r, &pdcoll::detail::node_flags::consumed);
+    }
+    co_return std::error_code{};
+  }
+
   static pdcoll::detail::collective_task through(pdcoll::detail::collective_context& ctx,
                                                  transport::node_memory& node) {
+    return chunk_steps(ctx, node, ctx.bytes(ctx.count),
+                       [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
+                          std::size_t offset, std::size_t bytes) {
+                         s.reduce_slots(c.output.address + offset, bytes / c.element_size, c.red->apply3, c.red->apply);
+                       });
+  }
+
+  /// `total` bytes of ctx.input in slot-sized chunks, one step each (see the
+  /// file comment): copies this rank's chunk into its slot, publishes it,
+  /// waits for every rank's, calls use(ctx, step, offset, bytes), marks the
+  /// step consumed. Not inlined, for the reason
+  /// detail::node_direct_handshake gives.
+  template <class Use>
+  [[gnu::noinline]] static pdcoll::detail::collective_task chunk_steps(pdcoll::detail::collective_context& ctx,
+                                                                      transport::node_memory& node,
+                                                                      std::size_t total, Use use) {
     using pdcoll::detail::condition_wait;
-    const std::size_t total = ctx.bytes(ctx.count);
     const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
     const std::uint64_t chunks = total == 0 ? 0 : (total + chunk - 1) / chunk;
     // Before the first suspension (see the file comment).
@@ -143,7 +230,7 @@ struct shared_memory {
       condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
-      s.reduce_slots(ctx.output.address + offset, bytes / ctx.element_size, ctx.red->apply3, ctx.red->apply);
+      use(ctx, s, offset, bytes);
       s.raise(r, &pdcoll::detail::node_flags::consumed);
     }
     co_return std::error_code{};
