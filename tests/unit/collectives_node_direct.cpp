@@ -34,6 +34,8 @@ using namespace std::chrono_literals;
 
 constexpr std::size_t region_bytes = pdcoll::testing::small_region_bytes;
 using pdcoll::testing::clear_direct_votes;
+using pdcoll::testing::clear_slots;
+using pdcoll::testing::slots_untouched;
 using pdcoll::testing::contribution;
 using pdcoll::testing::rank_order_sum;
 using pdcoll::testing::voted_yes;
@@ -167,7 +169,7 @@ TEST_CASE("default reduce-scatter and all-gather on shareable inputs run directl
   }
 }
 
-TEST_CASE("reduce-scatter and all-gather fall back to the ring when one rank's input is ordinary or the buffer is small, with exact results") {
+TEST_CASE("reduce-scatter and all-gather fall back when one rank's input is ordinary or the buffer is small: through the slots on 3 or more ranks, by the ring on 2, with exact results") {
   for (int P : {2, 3, 5}) {
     CAPTURE(P);
     failure_list failures;
@@ -180,10 +182,14 @@ TEST_CASE("reduce-scatter and all-gather fall back to the ring when one rank's i
           for (bool gather : {false, true}) {
             ++salt;
             clear_direct_votes(comm);
+            meet(comm);  // no peer reads this rank's slots any more
+            clear_slots(comm);
             const bool shareable = r != plain;
             auto msg = gather ? all_gather_case(comm, n, salt, in_place, shareable)
                               : reduce_scatter_case(comm, n, salt, in_place, shareable, false);
             if (msg.empty() && voted_yes(comm)) msg = "voted for the direct path";
+            if (msg.empty() && slots_untouched(comm) == (P > 2))
+              msg = P > 2 ? "the slots were not used" : "the slots were used on 2 ranks";
             if (!msg.empty())
               failures.add("rank " + std::to_string(r) + " plain rank " + std::to_string(plain) +
                            (in_place ? " in place: " : ": ") + msg);

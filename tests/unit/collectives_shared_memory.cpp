@@ -243,19 +243,9 @@ TEST_CASE("node memory smaller than min_node_memory_bytes is not offered, and sh
 
 namespace {
 
-// Zeroes this rank's two slots; true when they are still all zero. A direct
-// all-reduce never writes them; the chunked protocol always does.
-void clear_slots(pdcoll::communicator& comm) {
-  auto& node = *comm.endpoint().shared_node_memory();
-  std::memset(node.region(comm.rank()) + pdcoll::detail::node_slot_offset, 0,
-              2 * pdcoll::detail::node_step::slot_bytes(node));
-}
-bool slots_untouched(pdcoll::communicator& comm) {
-  auto& node = *comm.endpoint().shared_node_memory();
-  const std::byte* slots = node.region(comm.rank()) + pdcoll::detail::node_slot_offset;
-  return std::all_of(slots, slots + 2 * pdcoll::detail::node_step::slot_bytes(node),
-                     [](std::byte b) { return b == std::byte{0}; });
-}
+using pdcoll::testing::clear_slots;
+using pdcoll::testing::slots_untouched;
+
 // A small all-reduce (the mailbox path: no slot) as a barrier, so no rank
 // clears its slots while a peer still reads them.
 void meet(pdcoll::communicator& comm) {

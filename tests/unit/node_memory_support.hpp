@@ -6,8 +6,10 @@
 
 #include <pdcoll/pdcoll.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace pdcoll::testing {
 
@@ -41,6 +43,22 @@ inline bool voted_yes(pdcoll::communicator& comm) {
   auto& flags = pdcoll::detail::flags_of(*comm.endpoint().shared_node_memory(), comm.rank());
   return (pdcoll::detail::load_flag(flags.direct_vote[0]) & 1) != 0 ||
          (pdcoll::detail::load_flag(flags.direct_vote[1]) & 1) != 0;
+}
+
+/// Zeroes this rank's two slots. A direct collective never writes them;
+/// the chunked protocols always do.
+inline void clear_slots(pdcoll::communicator& comm) {
+  auto& node = *comm.endpoint().shared_node_memory();
+  std::memset(node.region(comm.rank()) + pdcoll::detail::node_slot_offset, 0,
+              2 * pdcoll::detail::node_step::slot_bytes(node));
+}
+
+/// This rank's two slots are all zero (since clear_slots).
+inline bool slots_untouched(pdcoll::communicator& comm) {
+  auto& node = *comm.endpoint().shared_node_memory();
+  const std::byte* slots = node.region(comm.rank()) + pdcoll::detail::node_slot_offset;
+  return std::all_of(slots, slots + 2 * pdcoll::detail::node_step::slot_bytes(node),
+                     [](std::byte b) { return b == std::byte{0}; });
 }
 
 }  // namespace pdcoll::testing

@@ -127,7 +127,8 @@ struct automatic {
   /// The default reduce-scatter. Ranks on one host: through node memory
   /// (shared_memory) below automatic_node_slots_bytes(P) of whole buffer,
   /// node_direct from node_direct_bytes (straight between shareable
-  /// buffers, else the ring), the ring between; the ring otherwise.
+  /// buffers, else through node memory on more than 2 ranks and by the
+  /// ring on 2), the ring between; the ring otherwise.
   static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
     if (ctx.node_memory() && whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size))
       return shared_memory::reduce_scatter(ctx);

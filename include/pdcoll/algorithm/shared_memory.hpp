@@ -129,10 +129,8 @@ struct shared_memory {
   /// small for an element per rank.
   static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    const auto P = static_cast<std::size_t>(ctx.world_size);
-    if (!node || P == 1 || ctx.count == 0 || pdcoll::detail::node_step::slot_bytes(*node) / ctx.element_size < P)
-      return ring::reduce_scatter(ctx);
-    return reduce_scatter_through(ctx, *node);
+    if (!node || reduce_scatter_steps(ctx, *node) == 0) return ring::reduce_scatter(ctx);
+    return reduce_scatter_in(ctx, *node, ctx.reserve_node_steps(reduce_scatter_steps(ctx, *node)));
   }
 
   /// All-gather through node memory: per step, each rank copies a chunk of
@@ -140,32 +138,37 @@ struct shared_memory {
   /// ring without node memory.
   static pdcoll::detail::collective_task all_gather(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || ctx.world_size == 1 || ctx.count == 0 ||
-        pdcoll::detail::node_step::slot_bytes(*node) < ctx.element_size)
-      return ring::all_gather(ctx);
-    // This rank's own block first (in place it is already there).
-    const std::size_t block = ctx.bytes(ctx.count);
-    ctx.copy(ctx.output, static_cast<std::size_t>(ctx.rank) * block, ctx.input, 0, block);
-    return chunk_steps(ctx, *node, block,
-                       [block](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
-                               std::size_t offset, std::size_t bytes) {
-                         for (int q = 0; q < c.world_size; ++q)
-                           if (q != c.rank)
-                             std::memcpy(c.output.address + static_cast<std::size_t>(q) * block + offset, s.slot(q), bytes);
-                       });
+    if (!node || all_gather_steps(ctx, *node) == 0) return ring::all_gather(ctx);
+    return all_gather_in(ctx, *node, ctx.reserve_node_steps(all_gather_steps(ctx, *node)));
   }
 
- private:
-  static pdcoll::detail::collective_task reduce_scatter_through(pdcoll::detail::collective_context& ctx,
-                                                                transport::node_memory& node) {
+  /// Node-memory steps reduce_scatter takes for ctx (0: it runs the ring).
+  static std::uint64_t reduce_scatter_steps(const pdcoll::detail::collective_context& ctx,
+                                            const transport::node_memory& node) noexcept {
+    const auto P = static_cast<std::size_t>(ctx.world_size);
+    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size / P;
+    if (P == 1 || ctx.count == 0 || chunk == 0) return 0;
+    return (ctx.count + chunk - 1) / chunk;
+  }
+  /// Node-memory steps all_gather takes for ctx (0: it runs the ring).
+  static std::uint64_t all_gather_steps(const pdcoll::detail::collective_context& ctx,
+                                        const transport::node_memory& node) noexcept {
+    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+    if (ctx.world_size == 1 || ctx.count == 0 || chunk == 0) return 0;
+    return (ctx.bytes(ctx.count) + chunk - 1) / chunk;
+  }
+
+  /// reduce_scatter in the reduce_scatter_steps(ctx, node) steps from
+  /// `first`, which the caller reserved (ctx.reserve_node_steps) before its
+  /// first suspension.
+  [[gnu::noinline]] static pdcoll::detail::collective_task reduce_scatter_in(
+      pdcoll::detail::collective_context& ctx, transport::node_memory& node, std::uint64_t first) {
     using pdcoll::detail::condition_wait;
     const int r = ctx.rank, P = ctx.world_size;
     const std::size_t es = ctx.element_size, count = ctx.count;
     // Elements of each block per step: P of them fill a slot.
     const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / es / static_cast<std::size_t>(P);
-    const std::uint64_t chunks = (count + chunk - 1) / chunk;
-    // Before the first suspension (see the file comment).
-    const std::uint64_t first = ctx.reserve_node_steps(chunks);
+    const std::uint64_t chunks = reduce_scatter_steps(ctx, node);
     const std::uint64_t signature = ctx.signature();
     const std::byte* const in = ctx.input.address;
     for (std::uint64_t k = 0; k < chunks; ++k) {
@@ -193,29 +196,48 @@ struct shared_memory {
     co_return std::error_code{};
   }
 
+  /// all_gather in the all_gather_steps(ctx, node) steps from `first`,
+  /// which the caller reserved before its first suspension.
+  static pdcoll::detail::collective_task all_gather_in(pdcoll::detail::collective_context& ctx,
+                                                       transport::node_memory& node, std::uint64_t first) {
+    // This rank's own block first (in place it is already there).
+    const std::size_t block = ctx.bytes(ctx.count);
+    ctx.copy(ctx.output, static_cast<std::size_t>(ctx.rank) * block, ctx.input, 0, block);
+    return chunk_steps(ctx, node, block, first,
+                       [block](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
+                               std::size_t offset, std::size_t bytes) {
+                         for (int q = 0; q < c.world_size; ++q)
+                           if (q != c.rank)
+                             std::memcpy(c.output.address + static_cast<std::size_t>(q) * block + offset, s.slot(q), bytes);
+                       });
+  }
+
+ private:
   static pdcoll::detail::collective_task through(pdcoll::detail::collective_context& ctx,
                                                  transport::node_memory& node) {
-    return chunk_steps(ctx, node, ctx.bytes(ctx.count),
+    const std::size_t total = ctx.bytes(ctx.count);
+    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+    const std::uint64_t chunks = total == 0 ? 0 : (total + chunk - 1) / chunk;
+    return chunk_steps(ctx, node, total, ctx.reserve_node_steps(chunks),
                        [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
                           std::size_t offset, std::size_t bytes) {
                          s.reduce_slots(c.output.address + offset, bytes / c.element_size, c.red->apply3, c.red->apply);
                        });
   }
 
-  /// `total` bytes of ctx.input in slot-sized chunks, one step each (see the
-  /// file comment): copies this rank's chunk into its slot, publishes it,
-  /// waits for every rank's, calls use(ctx, step, offset, bytes), marks the
-  /// step consumed. Not inlined, for the reason
-  /// detail::node_direct_handshake gives.
+  /// `total` bytes of ctx.input in slot-sized chunks, one step each from
+  /// `first` (reserved by the caller; see the file comment): copies this
+  /// rank's chunk into its slot, publishes it, waits for every rank's, calls
+  /// use(ctx, step, offset, bytes), marks the step consumed. Not inlined,
+  /// for the reason detail::node_direct_handshake gives.
   template <class Use>
   [[gnu::noinline]] static pdcoll::detail::collective_task chunk_steps(pdcoll::detail::collective_context& ctx,
                                                                       transport::node_memory& node,
-                                                                      std::size_t total, Use use) {
+                                                                      std::size_t total, std::uint64_t first,
+                                                                      Use use) {
     using pdcoll::detail::condition_wait;
     const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
     const std::uint64_t chunks = total == 0 ? 0 : (total + chunk - 1) / chunk;
-    // Before the first suspension (see the file comment).
-    const std::uint64_t first = ctx.reserve_node_steps(chunks);
     const int r = ctx.rank, P = ctx.world_size;
     const std::uint64_t signature = ctx.signature();
     for (std::uint64_t k = 0; k < chunks; ++k) {
@@ -302,22 +324,7 @@ struct shared_memory_scatter {
         // The user may change the buffers once this completes: not before
         // every peer has finished reading them.
         if (auto ec = co_await detail::node_direct_handshake::release(ctx, s, buffers)) co_return ec;
-        // The chunk steps reserved for a fallback are skipped: mark them
-        // consumed so later steps find their slots free. One of the marks
-        // has the parity of step first - 1, which the collective started
-        // just before this one may still be reading (this one never waited
-        // for it): wait until every rank has consumed it, or a later step
-        // would overwrite a slot still being read, and that collective's
-        // own mark would take the flag backwards.
-        const pdcoll::detail::node_step next{&node, P, first + 1};
-        condition_wait previous_done(ctx, &pdcoll::detail::node_step::slot_free, &next);
-        if (auto ec = co_await previous_done) co_return ec;
-        auto& mine = s.flags(r);
-        const std::uint64_t last = first + chunks;
-        pdcoll::detail::raise_flag_to(mine.consumed[last & 1], last);
-        if (chunks > 1) pdcoll::detail::raise_flag_to(mine.consumed[(last - 1) & 1], last - 1);
-        pdcoll::detail::wake_peers(node, r, P);
-        co_return std::error_code{};
+        co_return co_await detail::node_direct_handshake::skip(ctx, s, chunks);
       }
       // Some rank's buffers are not shareable, or not mappable here: copy.
       // No peer reads this rank's buffers.

@@ -203,6 +203,29 @@ struct node_direct_handshake {
     if (node_direct_buffers::abandoned_by_some_rank(s)) co_return make_error_code(errc::aborted);
     co_return std::error_code{};
   }
+
+  /// After a direct run in step `s` that also reserved the `fallback` steps
+  /// after it (for the copies it did not need): marks them consumed so
+  /// later steps find their slots free. One of the marks has the parity of
+  /// step s - 1, which the collective started just before may still be
+  /// reading (this one never waited for it): waits until every rank has
+  /// consumed it, or a later step would overwrite a slot still being read,
+  /// and that collective's own mark would take the flag backwards.
+  [[gnu::noinline]] static pdcoll::detail::collective_task skip(pdcoll::detail::collective_context& ctx,
+                                                               const pdcoll::detail::node_step& s,
+                                                               std::uint64_t fallback) {
+    using pdcoll::detail::condition_wait;
+    if (fallback == 0) co_return std::error_code{};
+    const pdcoll::detail::node_step next{s.node, s.world_size, s.step + 1};
+    condition_wait previous_done(ctx, &pdcoll::detail::node_step::slot_free, &next);
+    if (auto ec = co_await previous_done) co_return ec;
+    auto& mine = s.flags(ctx.rank);
+    const std::uint64_t last = s.step + fallback;
+    pdcoll::detail::raise_flag_to(mine.consumed[last & 1], last);
+    if (fallback > 1) pdcoll::detail::raise_flag_to(mine.consumed[(last - 1) & 1], last - 1);
+    pdcoll::detail::wake_peers(*s.node, ctx.rank, s.world_size);
+    co_return std::error_code{};
+  }
 };
 
 /// Combines rank order's `P` contributions `source(q) + from` of `bytes`
