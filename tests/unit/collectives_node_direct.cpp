@@ -202,45 +202,60 @@ TEST_CASE("reduce-scatter and all-gather fall back when one rank's input is ordi
   }
 }
 
-TEST_CASE("direct reduce-scatters and all-gathers in flight with direct and chunked all-reduces stay exact") {
-  const int P = 3;
-  failure_list failures;
-  pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
-    const int r = comm.rank();
-    const std::size_t n = threshold_block(P) + 5, total = n * P;
-    for (std::uint64_t round = 0; round < 6; ++round) {
-      const std::uint64_t salt = 200 + 10 * round;
-      auto rs_in = pdcoll::memory::host::allocate_shareable<float>(total);
-      auto ag_in = pdcoll::memory::host::allocate_shareable<float>(n);
-      auto direct = pdcoll::memory::host::allocate_shareable<float>(total);
-      std::vector<float> rs_out(n), ag_out(total), chunked(total + 9);
-      for (std::size_t i = 0; i < total; ++i) rs_in.data()[i] = contribution(r, i, salt);
-      for (std::size_t i = 0; i < n; ++i) ag_in.data()[i] = contribution(r, i, salt + 1);
-      for (std::size_t i = 0; i < total; ++i) direct.data()[i] = contribution(r, i, salt + 2);
-      for (std::size_t i = 0; i < chunked.size(); ++i) chunked[i] = contribution(r, i, salt + 3);
-      namespace algo = pdcoll::algo;
-      try {
-        ex::sync_wait(ex::when_all(pdcoll::reduce_scatter(comm, std::span<const float>(rs_in.span()), std::span<float>(rs_out)),
-                                   pdcoll::all_reduce<algo::shared_memory_scatter>(comm, std::span<float>(chunked)),
-                                   pdcoll::all_gather(comm, std::span<const float>(ag_in.span()), std::span<float>(ag_out)),
-                                   pdcoll::all_reduce<algo::shared_memory_scatter>(comm, direct.span())));
-      } catch (const std::system_error& e) {
-        failures.add("rank " + std::to_string(r) + " round " + std::to_string(round) + ": " + e.what());
-        return;
-      }
-      bool right = true;
-      for (std::size_t i = 0; i < n && right; ++i) right = rs_out[i] == rank_order_sum(P, r * n + i, salt);
-      for (std::size_t i = 0; i < total && right; ++i) right = ag_out[i] == contribution(static_cast<int>(i / n), i % n, salt + 1);
-      for (std::size_t i = 0; i < total && right; ++i) right = direct.data()[i] == rank_order_sum(P, i, salt + 2);
-      for (std::size_t i = 0; i < chunked.size() && right; ++i) right = chunked[i] == rank_order_sum(P, i, salt + 3);
-      if (!right) {
-        failures.add("rank " + std::to_string(r) + " round " + std::to_string(round) + ": wrong result");
-        return;
-      }
+TEST_CASE("reduce-scatters and all-gathers in flight with direct and chunked all-reduces stay exact, direct or not, with one or many reserved slot steps") {
+  // Small regions: the fallback through the slots reserves many steps; large
+  // ones (1 MiB slots): a single step, the other parity's skip.
+  const std::size_t large_region = pdcoll::detail::node_slot_offset + 2 * (std::size_t{1} << 20);
+  for (std::size_t region : {region_bytes, large_region}) {
+    for (int P : {2, 3}) {
+      CAPTURE(region);
+      CAPTURE(P);
+      failure_list failures;
+      pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+        const int r = comm.rank();
+        const std::size_t n = threshold_block(P) + 5, total = n * static_cast<std::size_t>(P);
+        for (std::uint64_t round = 0; round < 6; ++round) {
+          const std::uint64_t salt = 200 + 10 * round;
+          // Odd rounds: the last rank's reduce-scatter input is ordinary, so
+          // it answers at once and every rank falls back (the slots on 3
+          // ranks, the ring on 2) while the others run directly.
+          const bool plain = round % 2 == 1 && r == P - 1;
+          auto rs_shared = plain ? pdcoll::memory::host_buffer<float>{} : pdcoll::memory::host::allocate_shareable<float>(total);
+          std::vector<float> rs_plain(plain ? total : 0);
+          std::span<float> rs_in = plain ? std::span<float>(rs_plain) : rs_shared.span();
+          auto ag_in = pdcoll::memory::host::allocate_shareable<float>(n);
+          auto direct = pdcoll::memory::host::allocate_shareable<float>(total);
+          std::vector<float> rs_out(n), ag_out(total), chunked(total + 9);
+          for (std::size_t i = 0; i < total; ++i) rs_in[i] = contribution(r, i, salt);
+          for (std::size_t i = 0; i < n; ++i) ag_in.data()[i] = contribution(r, i, salt + 1);
+          for (std::size_t i = 0; i < total; ++i) direct.data()[i] = contribution(r, i, salt + 2);
+          for (std::size_t i = 0; i < chunked.size(); ++i) chunked[i] = contribution(r, i, salt + 3);
+          namespace algo = pdcoll::algo;
+          try {
+            ex::sync_wait(ex::when_all(pdcoll::reduce_scatter(comm, std::span<const float>(rs_in), std::span<float>(rs_out)),
+                                       pdcoll::all_reduce<algo::shared_memory_scatter>(comm, std::span<float>(chunked)),
+                                       pdcoll::all_gather(comm, std::span<const float>(ag_in.span()), std::span<float>(ag_out)),
+                                       pdcoll::all_reduce<algo::shared_memory_scatter>(comm, direct.span())));
+          } catch (const std::system_error& e) {
+            failures.add("rank " + std::to_string(r) + " round " + std::to_string(round) + ": " + e.what());
+            return;
+          }
+          // The ring (2 ranks, odd rounds) sums in ring order: near_sum.
+          bool right = true;
+          for (std::size_t i = 0; i < n && right; ++i) right = near_sum(rs_out[i], P, r * n + i, salt);
+          for (std::size_t i = 0; i < total && right; ++i) right = ag_out[i] == contribution(static_cast<int>(i / n), i % n, salt + 1);
+          for (std::size_t i = 0; i < total && right; ++i) right = direct.data()[i] == rank_order_sum(P, i, salt + 2);
+          for (std::size_t i = 0; i < chunked.size() && right; ++i) right = chunked[i] == rank_order_sum(P, i, salt + 3);
+          if (!right) {
+            failures.add("rank " + std::to_string(r) + " round " + std::to_string(round) + ": wrong result");
+            return;
+          }
+        }
+      }, {}, region);
+      for (const auto& f : failures.items) MESSAGE(f);
+      CHECK(failures.items.empty());
     }
-  }, {}, region_bytes);
-  for (const auto& f : failures.items) MESSAGE(f);
-  CHECK(failures.items.empty());
+  }
 }
 
 TEST_CASE("a direct reduce-scatter whose peer never joins times out, marks its step abandoned, and its buffer keeps its pages") {

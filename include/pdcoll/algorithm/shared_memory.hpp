@@ -185,12 +185,17 @@ struct shared_memory {
       condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
-      // In place the output is this rank's input block, read as its own
-      // contribution: node_direct_reduce_block sees to the order.
+      // Rank order, this rank's own contribution read from its input. In
+      // place on rank 2 and up the output is that contribution, which the
+      // first partial sums would overwrite before it is read: the sum goes
+      // through section r of this rank's own slot (no peer reads it).
       const std::size_t mine = static_cast<std::size_t>(r) * chunk * es;
-      detail::node_direct_reduce_block(ctx, ctx.output.address + e0 * es, 0, bytes, [&](int q) -> const std::byte* {
+      std::byte* const out = ctx.output.address + e0 * es;
+      std::byte* const to = r >= 2 && out == from_input(r) ? s.slot(r) + mine : out;
+      detail::node_direct_combine(ctx, to, 0, bytes, [&](int q) -> const std::byte* {
         return q == r ? from_input(r) : s.slot(q) + mine;
       });
+      if (to != out) std::memcpy(out, to, bytes);
       s.raise(r, &pdcoll::detail::node_flags::consumed);
     }
     co_return std::error_code{};
