@@ -360,10 +360,10 @@ collective_sender reduce(communicator& comm, In&& in, Out&& out, Op, int root) {
 /// All-gather: every rank's `in` (n elements) concatenated in rank order into
 /// every rank's `out` (P·n elements). In place, as ncclAllGather: `in` is
 /// this rank's block of `out`, `out.subspan(rank * n, n)`; any other overlap
-/// is errc::overlapping_buffers. Algo: algo::automatic (algo::node_direct:
-/// peers' node-shareable inputs copied straight into the output where ranks
-/// share a host, the ring otherwise), algo::ring or algo::recursive_doubling
-/// (Bruck).
+/// is errc::overlapping_buffers. Algo: algo::automatic (where ranks share a
+/// host: through node memory, or from 256 KiB peers' node-shareable inputs
+/// copied straight into the output; the ring otherwise), algo::node_direct,
+/// algo::shared_memory, algo::ring or algo::recursive_doubling (Bruck).
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
   auto vin = detail::as_view(std::forward<In>(in));
@@ -383,9 +383,10 @@ collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
 /// receives block r combined over all ranks with `op`. In place, as
 /// ncclReduceScatter: `out` is this rank's block of `in`,
 /// `in.subspan(rank * n, n)`; any other overlap is errc::overlapping_buffers.
-/// Algo: algo::automatic (algo::node_direct: every rank's node-shareable
-/// inputs combined straight into the output where ranks share a host, the
-/// ring otherwise), algo::ring or algo::recursive_halving.
+/// Algo: algo::automatic (where ranks share a host: through node memory, or
+/// from 256 KiB every rank's node-shareable inputs combined straight into
+/// the output; the ring otherwise), algo::node_direct, algo::shared_memory,
+/// algo::ring or algo::recursive_halving.
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
   requires(!detail::buffer_argument<Op>)
 collective_sender reduce_scatter(communicator& comm, In&& in, Out&& out, Op = {}) {
