@@ -264,20 +264,27 @@ class runner {
       });
     }
     if (c == "broadcast") {
-      if (opt_.algo == "chain")
+      auto with = [&](auto algo) {
         return body([this](auto vin, auto vout) {
-          exec::sync_wait(pdcoll::broadcast<pdcoll::algo::chain>(comm_, vin, vout, opt_.root));
+          exec::sync_wait(pdcoll::broadcast<decltype(algo)>(comm_, vin, vout, opt_.root));
         });
-      return body([this](auto vin, auto vout) {
-        exec::sync_wait(pdcoll::broadcast<pdcoll::algo::tree>(comm_, vin, vout, opt_.root));
-      });
+      };
+      if (opt_.algo == "chain") return with(pdcoll::algo::chain{});
+      if (opt_.algo == "tree") return with(pdcoll::algo::tree{});
+      if (opt_.algo == "shared_memory") return with(pdcoll::algo::shared_memory{});
+      return with(pdcoll::algo::automatic{});
     }
     if (c == "reduce") {
       return with_op(opt_.op, [&](auto op) {
-        return body([this, op](auto vin, auto vout) {
-          if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
-            exec::sync_wait(pdcoll::reduce(comm_, vin, vout, op, opt_.root));
-        });
+        auto with = [&](auto algo) {
+          return body([this, op](auto vin, auto vout) {
+            if constexpr (pdcoll::is_supported_v<T, decltype(op)>)
+              exec::sync_wait(pdcoll::reduce<decltype(algo)>(comm_, vin, vout, op, opt_.root));
+          });
+        };
+        if (opt_.algo == "tree") return with(pdcoll::algo::tree{});
+        if (opt_.algo == "shared_memory") return with(pdcoll::algo::shared_memory{});
+        return with(pdcoll::algo::automatic{});
       });
     }
     if (c == "all_gather") {
@@ -316,8 +323,17 @@ class runner {
         });
       });
     }
-    if (c == "all_to_all")
-      return body([this](auto vin, auto vout) { exec::sync_wait(pdcoll::all_to_all(comm_, vin, vout)); });
+    if (c == "all_to_all") {
+      auto with = [&](auto algo) {
+        return body([this](auto vin, auto vout) {
+          exec::sync_wait(pdcoll::all_to_all<decltype(algo)>(comm_, vin, vout));
+        });
+      };
+      if (opt_.algo == "pairwise") return with(pdcoll::algo::pairwise{});
+      if (opt_.algo == "direct") return with(pdcoll::algo::direct{});
+      if (opt_.algo == "shared_memory") return with(pdcoll::algo::shared_memory{});
+      return with(pdcoll::algo::automatic{});
+    }
     // sendrecv: a ring shift, as nccl-tests' sendrecv_perf
     return body([this](auto vin, auto vout) {
       const int next = (rank_ + 1) % world_, prev = (rank_ + world_ - 1) % world_;
@@ -404,11 +420,11 @@ void with_type(const std::string& name, F&& f) {
 const std::map<std::string, std::vector<std::string>>& algorithms() {
   static const std::map<std::string, std::vector<std::string>> table{
       {"all_reduce", {"automatic", "ring", "recursive_doubling", "rabenseifner", "tree", "direct"}},
-      {"broadcast", {"tree", "chain"}},
-      {"reduce", {"tree"}},
+      {"broadcast", {"automatic", "tree", "chain", "shared_memory"}},
+      {"reduce", {"automatic", "tree", "shared_memory"}},
       {"all_gather", {"automatic", "ring", "recursive_doubling", "shared_memory"}},
       {"reduce_scatter", {"automatic", "ring", "recursive_halving", "rabenseifner", "shared_memory"}},
-      {"all_to_all", {"pairwise"}},
+      {"all_to_all", {"automatic", "pairwise", "direct", "shared_memory"}},
       {"sendrecv", {"direct"}},
   };
   return table;
@@ -446,7 +462,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"}));
   app.add_option("--algo", opt.algo,
                  "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct (sets PDCOLL_ALGO); "
-                 "broadcast tree|chain; all_gather automatic|ring|recursive_doubling|shared_memory; reduce_scatter automatic|ring|recursive_halving|shared_memory")
+                 "broadcast automatic|tree|chain|shared_memory; reduce automatic|tree|shared_memory; all_gather "
+                 "automatic|ring|recursive_doubling|shared_memory; reduce_scatter automatic|ring|recursive_halving|shared_memory; "
+                 "all_to_all automatic|pairwise|direct|shared_memory")
       ->capture_default_str();
   app.add_option("--transport", opt.transport,
                  "shm|tcp (libfabric), uring, or uring-directional (uring with one connection per direction); "

@@ -1,7 +1,9 @@
 // File: bench/baselines/mpi_allreduce_bench.cpp — the MPI baseline for
 // pdcoll-bench: MPI_Allreduce of float32 sums (or, with --collective,
-// MPI_Reduce_scatter_block / MPI_Allgather), out-of-place and in place
-// (MPI_IN_PLACE), with pdcoll-bench's sizes, timing (median over -n
+// MPI_Reduce_scatter_block / MPI_Allgather / MPI_Bcast / MPI_Reduce /
+// MPI_Alltoall), out-of-place and in place (MPI_IN_PLACE; MPI_Bcast has
+// only the one form, timed for both), with pdcoll-bench's sizes, -r root and
+// timing (median over -n
 // iterations on rank 0 after warm-up and a barrier, or with --timing mean
 // their mean), columns and files. As in nccl-tests, the size of a
 // reduce-scatter or all-gather is the whole buffer (P blocks).
@@ -29,9 +31,10 @@ namespace {
 /// The options pdcoll-bench shares with this baseline.
 struct options {
   std::string min_bytes = "32M", max_bytes = "32M", transport = "mpi", csv, json;
-  std::string collective = "all_reduce";  ///< all_reduce, reduce_scatter or all_gather
+  /// all_reduce, reduce_scatter, all_gather, broadcast, reduce or all_to_all
+  std::string collective = "all_reduce";
   double factor = 2;
-  int iters = 20, warmup = 5, check = 1;
+  int iters = 20, warmup = 5, check = 1, root = 0;
   std::string timing = "median";
 };
 
@@ -47,6 +50,7 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "-n") o.iters = std::stoi(v);
     else if (a == "-w") o.warmup = std::stoi(v);
     else if (a == "-c") o.check = std::stoi(v);
+    else if (a == "-r") o.root = std::stoi(v);
     else if (a == "--transport") o.transport = v;
     else if (a == "--timing") o.timing = v;
     else if (a == "--collective") o.collective = v;
@@ -54,8 +58,9 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "--json") o.json = v;
     else return false;
   }
-  const bool known = o.collective == "all_reduce" || o.collective == "reduce_scatter" || o.collective == "all_gather";
-  return known && o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing);
+  const bool known = o.collective == "all_reduce" || o.collective == "reduce_scatter" || o.collective == "all_gather" ||
+                     o.collective == "broadcast" || o.collective == "reduce" || o.collective == "all_to_all";
+  return known && o.root >= 0 && o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing);
 }
 
 float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }
@@ -64,12 +69,18 @@ float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + stat
 /// buffer; a block is count / world) and (-c 1) checks it.
 pdcoll::bench::measurement measure(std::size_t count, bool in_place, const options& o, int rank, int world) {
   const std::size_t block = count / static_cast<std::size_t>(world);
-  const bool reduce_scatter = o.collective == "reduce_scatter", all_gather = o.collective == "all_gather";
-  // all_gather's input is one block; the others' is the whole buffer.
-  std::vector<float> in(all_gather ? block : count), out(reduce_scatter ? block : count);
+  const std::string& c = o.collective;
+  const bool reduce_scatter = c == "reduce_scatter", all_gather = c == "all_gather", broadcast = c == "broadcast",
+             reduce = c == "reduce", all_to_all = c == "all_to_all";
+  const bool root = rank == o.root;
+  // all_gather's input is one block, reduce-scatter's output one block; the
+  // others' buffers are whole. MPI_Bcast has one buffer: `in`.
+  std::vector<float> in(all_gather ? block : count), out(reduce_scatter ? block : broadcast ? 0 : count);
   auto fill = [&] {
     if (all_gather && in_place) {
       for (std::size_t i = 0; i < block; ++i) out[static_cast<std::size_t>(rank) * block + i] = input(rank, i);
+    } else if (broadcast && !root) {
+      std::fill(in.begin(), in.end(), -1.0f);
     } else {
       for (std::size_t i = 0; i < in.size(); ++i) in[i] = input(rank, i);
     }
@@ -84,6 +95,15 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
     } else if (all_gather) {
       if (in_place) MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, out.data(), b, MPI_FLOAT, MPI_COMM_WORLD);
       else MPI_Allgather(in.data(), b, MPI_FLOAT, out.data(), b, MPI_FLOAT, MPI_COMM_WORLD);
+    } else if (broadcast) {
+      MPI_Bcast(in.data(), n, MPI_FLOAT, o.root, MPI_COMM_WORLD);
+    } else if (reduce) {
+      // Only the root's receive buffer may be MPI_IN_PLACE's.
+      if (in_place && root) MPI_Reduce(MPI_IN_PLACE, in.data(), n, MPI_FLOAT, MPI_SUM, o.root, MPI_COMM_WORLD);
+      else MPI_Reduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, o.root, MPI_COMM_WORLD);
+    } else if (all_to_all) {
+      // MPI_IN_PLACE all-to-all exists, but pdcoll-bench prints N/A for it.
+      MPI_Alltoall(in.data(), b, MPI_FLOAT, out.data(), b, MPI_FLOAT, MPI_COMM_WORLD);
     } else {
       if (in_place) MPI_Allreduce(MPI_IN_PLACE, in.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       else MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -117,6 +137,17 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
     } else if (all_gather) {
       for (std::size_t i = 0; i < block * static_cast<std::size_t>(world); ++i)
         if (out[i] != input(static_cast<int>(i / block), i % block)) ++wrong;
+    } else if (broadcast) {
+      for (std::size_t i = 0; i < count; ++i)
+        if (in[i] != input(o.root, i)) ++wrong;
+    } else if (reduce) {
+      const std::vector<float>& got = in_place ? in : out;
+      for (std::size_t i = 0; root && i < count; ++i)
+        if (got[i] != sum(i)) ++wrong;
+    } else if (all_to_all) {
+      // Block q of this rank's output is block `rank` of rank q's input.
+      for (std::size_t i = 0; i < block * static_cast<std::size_t>(world); ++i)
+        if (out[i] != input(static_cast<int>(i / block), static_cast<std::size_t>(rank) * block + i % block)) ++wrong;
     } else {
       const std::vector<float>& got = in_place ? in : out;
       for (std::size_t i = 0; i < count; ++i)
@@ -139,7 +170,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> sizes;
   bool ok = false;
   try {
-    ok = parse(argc, argv, o);
+    ok = parse(argc, argv, o) && o.root < world;
     if (ok)
       sizes = pdcoll::bench::size_sweep(pdcoll::bench::parse_bytes(o.min_bytes), pdcoll::bench::parse_bytes(o.max_bytes),
                                         o.factor);
@@ -149,7 +180,8 @@ int main(int argc, char** argv) {
   if (!ok || sizes.empty()) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] "
-                           "[--transport label] [--collective all_reduce|reduce_scatter|all_gather] [--csv file] [--json file]\n");
+                           "[-r root] [--transport label] [--collective all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all] "
+                           "[--csv file] [--json file]\n");
     MPI_Finalize();
     return 2;
   }
@@ -162,6 +194,9 @@ int main(int argc, char** argv) {
         pdcoll::bench::run_description{"openmpi", o.transport,
                                        o.collective == "reduce_scatter" ? "MPI_Reduce_scatter_block"
                                        : o.collective == "all_gather"   ? "MPI_Allgather"
+                                       : o.collective == "broadcast"    ? "MPI_Bcast"
+                                       : o.collective == "reduce"       ? "MPI_Reduce"
+                                       : o.collective == "all_to_all"   ? "MPI_Alltoall"
                                                                         : "MPI_Allreduce",
                                        o.collective, "host", world, o.timing},
         o.csv, o.json);
@@ -176,11 +211,13 @@ int main(int argc, char** argv) {
   for (std::size_t bytes : sizes) {
     pdcoll::bench::row r;
     // A reduce-scatter or all-gather size holds a whole number of blocks.
-    const std::size_t unit = o.collective == "all_reduce" ? 1 : static_cast<std::size_t>(world);
+    const bool blocks = o.collective == "reduce_scatter" || o.collective == "all_gather" || o.collective == "all_to_all";
+    const std::size_t unit = blocks ? static_cast<std::size_t>(world) : 1;
     r.count = bytes / sizeof(float) / unit * unit;
     r.bytes = r.count * sizeof(float);
     r.type = "float";
-    r.redop = "sum";
+    r.redop = o.collective == "broadcast" || o.collective == "all_gather" || o.collective == "all_to_all" ? "none" : "sum";
+    if (o.collective == "broadcast" || o.collective == "reduce") r.root = o.root;
     r.out_of_place = measure(r.count, false, o, rank, world);
     r.in_place = measure(r.count, true, o, rank, world);
     if (report) report->add(r);

@@ -306,9 +306,12 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
 }
 
 /// Broadcast: `in` at `root` copied into `out` on every rank (in == out for
-/// in place; non-roots may pass their `out` as `in`). Algo: algo::tree
-/// (binomial) or algo::chain (pipelined, for large messages).
-template <class Algo = algo::tree, detail::buffer_argument In, detail::buffer_argument Out>
+/// in place; non-roots may pass their `out` as `in`). Algo: algo::automatic
+/// (through node memory where ranks share a host, but for one message on 2
+/// ranks from 64 KiB to 512 KiB; otherwise the tree, and
+/// the chain from 4 MiB on more than 2 ranks), algo::shared_memory,
+/// algo::tree (binomial) or algo::chain (pipelined, for large messages).
+template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender broadcast(communicator& comm, In&& in, Out&& out, int root) {
   auto vin = detail::as_view(std::forward<In>(in));
   auto vout = detail::as_view(std::forward<Out>(out));
@@ -326,15 +329,17 @@ collective_sender broadcast(communicator& comm, In&& in, Out&& out, int root) {
 }
 
 /// In-place broadcast of `data` from `root`.
-template <class Algo = algo::tree, detail::buffer_argument Data>
+template <class Algo = algo::automatic, detail::buffer_argument Data>
 collective_sender broadcast(communicator& comm, Data&& data, int root) {
   auto v = detail::as_view(std::forward<Data>(data));
   return broadcast<Algo>(comm, v, v, root);
 }
 
 /// Reduce: every rank's `in` combined with `op` into `out` at `root` (other
-/// ranks' `out` is not touched and may be empty). Binomial tree.
-template <class Algo = algo::tree, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
+/// ranks' `out` is not touched and may be empty). Algo: algo::automatic
+/// (through node memory, in rank order, where ranks share a host; the
+/// binomial tree otherwise), algo::shared_memory or algo::tree.
+template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
   requires(!detail::buffer_argument<Op>)
 collective_sender reduce(communicator& comm, In&& in, Out&& out, Op, int root) {
   auto vin = detail::as_view(std::forward<In>(in));
@@ -409,8 +414,12 @@ collective_sender reduce_scatter(communicator& comm, In&& in, Out&& out, Op = {}
 }
 
 /// All-to-all: `in` holds P blocks of n elements; block p goes to rank p,
-/// which stores it as block r (this rank) of its `out`. Pairwise exchange.
-template <class Algo = algo::pairwise, detail::buffer_argument In, detail::buffer_argument Out>
+/// which stores it as block r (this rank) of its `out`. Algo:
+/// algo::automatic (where ranks share a host, through node memory below
+/// 64 KiB of whole buffer on 2 ranks and 256 KiB on more, every block posted
+/// at once above; pairwise exchange otherwise), algo::shared_memory,
+/// algo::direct (every block posted at once) or algo::pairwise (P-1 steps).
+template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
   auto vin = detail::as_view(std::forward<In>(in));
   auto vout = detail::as_view(std::forward<Out>(out));

@@ -139,12 +139,14 @@ void broadcast_case(failures& f, std::size_t count, std::uint64_t salt, int root
   check_equal(f, what, buf, expected);
 }
 
+// In place, the root's input is its output (the others' output stays empty).
 template <class Algo, class T, class Op>
-void reduce_case(failures& f, std::size_t count, std::uint64_t salt, int root) {
+void reduce_case(failures& f, std::size_t count, std::uint64_t salt, int root, bool in_place = false) {
   auto& comm = world();
   auto in = make_input<T>(salt, comm.rank(), count, false);
-  std::vector<T> out(comm.rank() == root ? count : 0);
-  std::string what = describe("reduce", Algo::name, count) + " root " + std::to_string(root);
+  std::vector<T> separate(comm.rank() == root && !in_place ? count : 0);
+  std::vector<T>& out = comm.rank() == root && in_place ? in : separate;
+  std::string what = describe("reduce", Algo::name, count) + " root " + std::to_string(root) + (in_place ? " in-place" : "");
   if (!run(f, what, reduce<Algo>(comm, in, out, Op{}, root))) return;
   if (comm.rank() == root)
     if (auto msg = check_reduced<T, Op>(out.data(), count, salt, comm.world_size()); !msg.empty()) f.add(what + ": " + msg);
@@ -188,7 +190,7 @@ void reduce_scatter_case(failures& f, std::size_t count, std::uint64_t salt, boo
     f.add(what + ": " + msg);
 }
 
-template <class T>
+template <class Algo, class T>
 void all_to_all_case(failures& f, std::size_t count, std::uint64_t salt) {
   auto& comm = world();
   const int P = comm.world_size();
@@ -200,8 +202,8 @@ void all_to_all_case(failures& f, std::size_t count, std::uint64_t salt) {
     auto first = theirs.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(comm.rank()));
     expected.insert(expected.end(), first, first + static_cast<std::ptrdiff_t>(count));
   }
-  std::string what = describe("all_to_all", "pairwise", count);
-  if (run(f, what, all_to_all(comm, in, out))) check_equal(f, what, out, expected);
+  std::string what = describe("all_to_all", Algo::name, count);
+  if (run(f, what, all_to_all<Algo>(comm, in, out))) check_equal(f, what, out, expected);
 }
 
 }  // namespace
@@ -233,6 +235,14 @@ TEST_CASE(
       broadcast_case<algo::chain, std::int32_t>(f, count, ++salt, root, false);
       reduce_case<algo::tree, float, op::sum_t>(f, count, ++salt, root);
       if (!large) reduce_case<algo::tree, bfloat16, op::max_t>(f, count, ++salt, root);
+      // Through node memory on shm (the tree elsewhere), and the default.
+      for (bool in_place : {false, true}) {
+        broadcast_case<algo::shared_memory, std::int32_t>(f, count, ++salt, root, in_place);
+        broadcast_case<algo::automatic, float>(f, count, ++salt, root, in_place);
+        reduce_case<algo::shared_memory, float, op::sum_t>(f, count, ++salt, root, in_place);
+        reduce_case<algo::automatic, std::int32_t, op::max_t>(f, count, ++salt, root, in_place);
+        if (!large) reduce_case<algo::automatic, bfloat16, op::avg_t>(f, count, ++salt, root, in_place);
+      }
     }
     const std::size_t block = large ? count / 8 : count;  // keep P·n moderate
     for (bool in_place : {false, true}) {
@@ -246,7 +256,10 @@ TEST_CASE(
       all_gather_case<algo::automatic, std::int32_t>(f, block, ++salt, in_place);
       reduce_scatter_case<algo::automatic, float, op::avg_t>(f, block, ++salt, in_place);
     }
-    all_to_all_case<float>(f, block, ++salt);
+    all_to_all_case<algo::pairwise, float>(f, block, ++salt);
+    all_to_all_case<algo::direct, std::int32_t>(f, block, ++salt);
+    all_to_all_case<algo::shared_memory, std::int32_t>(f, block, ++salt);
+    all_to_all_case<algo::automatic, float>(f, block, ++salt);
     run(f, "barrier", barrier(world()));
   }
 }

@@ -424,19 +424,14 @@ TEST_CASE("shared_memory reduce-scatter and all-gather go through the slots: exa
   for (int P : {1, 2, 3, 4, 5, 8}) {
     CAPTURE(P);
     const auto Pz = static_cast<std::size_t>(P);
-    std::mutex failures_mutex;
-    std::vector<std::string> failures;
+    pdcoll::testing::rank_failures failures;
     pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
       const int r = comm.rank();
       const auto rz = static_cast<std::size_t>(r);
       std::uint64_t salt = 800;
-      auto fail = [&](const std::string& what) {
-        std::lock_guard lock(failures_mutex);
-        failures.push_back("rank " + std::to_string(r) + " " + what);
-      };
       for (bool in_place : {true, false}) {
         for (std::size_t n : {std::size_t{1}, Pz + 1, 2 * (slot_floats / Pz) + 3, 2 * slot_floats + 5}) {
-          const std::string where = "n=" + std::to_string(n) + (in_place ? " in place: " : ": ");
+          const std::string where = "n=" + std::to_string(n) + (in_place ? " in place" : "");
           {  // reduce-scatter
             ++salt;
             std::vector<float> in(n * Pz + 2, -1.0f), separate(n + 2, -1.0f);
@@ -451,10 +446,7 @@ TEST_CASE("shared_memory reduce-scatter and all-gather go through the slots: exa
             bool right = !ec;
             for (std::size_t i = 0; i < n && right; ++i) right = out[i] == pdcoll::testing::rank_order_sum(P, rz * n + i, salt);
             const bool fenced = in.front() == -1.0f && in.back() == -1.0f && separate.front() == -1.0f && separate.back() == -1.0f;
-            const bool slots_used = P == 1 || !slots_untouched(comm);
-            if (!right || !fenced || !slots_used)
-              fail("reduce_scatter " + where + (ec ? ec.message() : "") + (right ? "" : " wrong") +
-                   (fenced ? "" : " wrote outside") + (slots_used ? "" : " slots unused"));
+            failures.check(r, "reduce_scatter " + where, ec, right, fenced, P == 1 || !slots_untouched(comm));
           }
           {  // all-gather
             ++salt;
@@ -470,16 +462,12 @@ TEST_CASE("shared_memory reduce-scatter and all-gather go through the slots: exa
             bool right = !ec;
             for (std::size_t i = 0; i < n * Pz && right; ++i) right = output[i] == contribution(static_cast<int>(i / n), i % n, salt);
             const bool fenced = out_buffer.front() == -1.0f && out_buffer.back() == -1.0f;
-            const bool slots_used = P == 1 || !slots_untouched(comm);
-            if (!right || !fenced || !slots_used)
-              fail("all_gather " + where + (ec ? ec.message() : "") + (right ? "" : " wrong") +
-                   (fenced ? "" : " wrote outside") + (slots_used ? "" : " slots unused"));
+            failures.check(r, "all_gather " + where, ec, right, fenced, P == 1 || !slots_untouched(comm));
           }
         }
       }
     }, {}, region_bytes);
-    for (const auto& f : failures) MESSAGE(f);
-    CHECK(failures.empty());
+    failures.report();
   }
 }
 
@@ -508,6 +496,126 @@ TEST_CASE("slot reduce-scatters and all-gathers in flight with chunked and one-s
       for (std::size_t i = 0; i < n * P && right; ++i) right = ag_out[i] == contribution(static_cast<int>(i / n), i % n, salt + 1);
       for (std::size_t i = 0; i < chunked.size() && right; ++i) right = chunked[i] == pdcoll::testing::rank_order_sum(P, i, salt + 2);
       for (std::size_t i = 0; i < small.size() && right; ++i) right = small[i] == pdcoll::testing::rank_order_sum(P, i, salt + 3);
+      if (!right) {
+        std::lock_guard lock(failures_mutex);
+        ++wrong;
+      }
+    }
+  }, {}, region_bytes);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("shared_memory broadcast, reduce and all-to-all go through the slots: exact results, 1 to 8 ranks, first, middle and last root, in and out of place, one and several chunks") {
+  // Slots of 28 KiB: 7168 floats. A broadcast or reduce of 2·7168+5 takes
+  // three steps; an all-to-all block of 2·(7168/P)+3 three too.
+  constexpr std::size_t slot_floats = 28 * 1024 / sizeof(float);
+  for (int P : {1, 2, 3, 4, 5, 8}) {
+    CAPTURE(P);
+    const auto Pz = static_cast<std::size_t>(P);
+    pdcoll::testing::rank_failures failures;
+    pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank();
+      const auto rz = static_cast<std::size_t>(r);
+      std::uint64_t salt = 1200;
+      // Whether this rank's slots were written since they were cleared, as
+      // the collective requires: `expected` on ranks that fill a slot.
+      auto slots_as_expected = [&](bool expected) { return P == 1 || slots_untouched(comm) != expected; };
+      auto fresh_slots = [&] {
+        meet(comm);
+        clear_slots(comm);
+        meet(comm);
+      };
+      for (int root : {0, P / 2, P - 1}) {
+        for (bool in_place : {true, false}) {
+          for (std::size_t n : {std::size_t{1}, Pz + 1, slot_floats, 2 * slot_floats + 5}) {
+            const std::string where =
+                "n=" + std::to_string(n) + " root " + std::to_string(root) + (in_place ? " in place" : "");
+            {  // broadcast: only the root fills its slot
+              ++salt;
+              std::vector<float> buffer(n + 2, -1.0f), separate(n + 2, -1.0f);
+              std::span<float> data(buffer.data() + 1, n);
+              if (r == root)
+                for (std::size_t i = 0; i < n; ++i) data[i] = contribution(root, i, salt);
+              std::span<float> out = in_place ? data : std::span<float>(separate).subspan(1, n);
+              fresh_slots();
+              const auto ec = outcome_of(pdcoll::broadcast<pdcoll::algo::shared_memory>(comm, data, out, root));
+              bool right = !ec;
+              for (std::size_t i = 0; i < n && right; ++i) right = out[i] == contribution(root, i, salt);
+              const bool fenced = buffer.front() == -1.0f && buffer.back() == -1.0f && separate.front() == -1.0f &&
+                                  separate.back() == -1.0f;
+              failures.check(r, "broadcast " + where, ec, right, fenced, slots_as_expected(r == root));
+            }
+            {  // reduce: every rank but the root fills its slot
+              ++salt;
+              std::vector<float> buffer(n + 2, -1.0f), separate(n + 2, -1.0f);
+              std::span<float> input(buffer.data() + 1, n);
+              for (std::size_t i = 0; i < n; ++i) input[i] = contribution(r, i, salt);
+              std::span<float> out = in_place ? input : std::span<float>(separate).subspan(1, n);
+              if (r != root) out = {};
+              fresh_slots();
+              const auto ec = outcome_of(
+                  pdcoll::reduce<pdcoll::algo::shared_memory>(comm, std::span<const float>(input), out, pdcoll::op::sum, root));
+              bool right = !ec;
+              for (std::size_t i = 0; r == root && i < n && right; ++i)
+                right = out[i] == pdcoll::testing::rank_order_sum(P, i, salt);
+              const bool untouched_elsewhere =
+                  r == root || in_place || std::all_of(separate.begin(), separate.end(), [](float x) { return x == -1.0f; });
+              const bool fenced = buffer.front() == -1.0f && buffer.back() == -1.0f && separate.front() == -1.0f &&
+                                  separate.back() == -1.0f && untouched_elsewhere;
+              failures.check(r, "reduce " + where, ec, right, fenced, slots_as_expected(r != root));
+            }
+          }
+        }
+      }
+      // all-to-all (never in place): block q of rank r's output is block r of rank q's input.
+      for (std::size_t n : {std::size_t{1}, Pz + 1, 2 * (slot_floats / Pz) + 3}) {
+        ++salt;
+        std::vector<float> in(n * Pz), buffer(n * Pz + 2, -1.0f);
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = contribution(r, i, salt);
+        std::span<float> out(buffer.data() + 1, n * Pz);
+        fresh_slots();
+        const auto ec = outcome_of(pdcoll::all_to_all<pdcoll::algo::shared_memory>(comm, std::span<const float>(in), out));
+        bool right = !ec;
+        for (std::size_t i = 0; i < n * Pz && right; ++i)
+          right = out[i] == contribution(static_cast<int>(i / n), rz * n + i % n, salt);
+        const bool fenced = buffer.front() == -1.0f && buffer.back() == -1.0f;
+        failures.check(r, "all_to_all n=" + std::to_string(n), ec, right, fenced, slots_as_expected(true));
+      }
+    }, {}, region_bytes);
+    failures.report();
+  }
+}
+
+TEST_CASE("slot broadcasts, reduces and all-to-alls in flight with a chunked all-reduce interleave their steps correctly; automatic takes the slots") {
+  const int P = 3;
+  std::mutex failures_mutex;
+  int wrong = 0;
+  pdcoll::testing::run_inproc(P, [&](pdcoll::communicator& comm) {
+    const int r = comm.rank();
+    const std::size_t n = 5000;  // several steps of every kind
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t salt = 1300 + 10 * round;
+      const int root = static_cast<int>(round % P);
+      std::vector<float> bc(2 * n), red_in(2 * n), red_out(r == root ? 2 * n : 0), a2a_in(n * P), a2a_out(n * P),
+          chunked(3 * n);
+      if (r == root)
+        for (std::size_t i = 0; i < bc.size(); ++i) bc[i] = contribution(root, i, salt);
+      for (std::size_t i = 0; i < red_in.size(); ++i) red_in[i] = contribution(r, i, salt + 1);
+      for (std::size_t i = 0; i < a2a_in.size(); ++i) a2a_in[i] = contribution(r, i, salt + 2);
+      for (std::size_t i = 0; i < chunked.size(); ++i) chunked[i] = contribution(r, i, salt + 3);
+      ex::sync_wait(ex::when_all(pdcoll::broadcast(comm, std::span<float>(bc), root),
+                                 pdcoll::all_reduce<pdcoll::algo::shared_memory_scatter>(comm, std::span<float>(chunked)),
+                                 pdcoll::reduce(comm, std::span<const float>(red_in), std::span<float>(red_out),
+                                                pdcoll::op::sum, root),
+                                 pdcoll::all_to_all(comm, std::span<const float>(a2a_in), std::span<float>(a2a_out))));
+      bool right = true;
+      for (std::size_t i = 0; i < bc.size() && right; ++i) right = bc[i] == contribution(root, i, salt);
+      for (std::size_t i = 0; i < red_out.size() && right; ++i)
+        right = red_out[i] == pdcoll::testing::rank_order_sum(P, i, salt + 1);
+      for (std::size_t i = 0; i < a2a_out.size() && right; ++i)
+        right = a2a_out[i] == contribution(static_cast<int>(i / n), static_cast<std::size_t>(r) * n + i % n, salt + 2);
+      for (std::size_t i = 0; i < chunked.size() && right; ++i)
+        right = chunked[i] == pdcoll::testing::rank_order_sum(P, i, salt + 3);
       if (!right) {
         std::lock_guard lock(failures_mutex);
         ++wrong;

@@ -193,7 +193,7 @@ void reduce_scatter_case(communicator& comm, failures& f, std::size_t count, std
   if (auto msg = check_reduced<T, Op>(out.data(), count, salt, P, mine); !msg.empty()) f.add(what + ": " + msg);
 }
 
-template <class T>
+template <class Algo, class T>
 void all_to_all_case(communicator& comm, failures& f, std::size_t count, std::uint64_t salt) {
   const int P = comm.world_size();
   const std::size_t n = count * static_cast<std::size_t>(P);
@@ -204,9 +204,10 @@ void all_to_all_case(communicator& comm, failures& f, std::size_t count, std::ui
     auto first = theirs.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(comm.rank()));
     expected.insert(expected.end(), first, first + static_cast<std::ptrdiff_t>(count));
   }
-  std::string what = "all_to_all P=" + std::to_string(P) + " n=" + std::to_string(count) + " rank " + std::to_string(comm.rank());
+  std::string what = std::string("all_to_all ") + Algo::name + " P=" + std::to_string(P) + " n=" + std::to_string(count) +
+                     " rank " + std::to_string(comm.rank());
   try {
-    exec::sync_wait(all_to_all(comm, in, out));
+    exec::sync_wait(all_to_all<Algo>(comm, in, out));
   } catch (const std::exception& e) {
     return f.add(what + " threw " + e.what());
   }
@@ -254,6 +255,8 @@ TEST_CASE(
           reduce_case<algo::tree, float, op::sum_t>(comm, f, count, ++salt, root);
           reduce_case<algo::tree, std::int32_t, op::min_t>(comm, f, count, ++salt, root);
           reduce_case<algo::tree, bfloat16, op::avg_t>(comm, f, count, ++salt, root);
+          broadcast_case<algo::automatic, float>(comm, f, count, ++salt, root, false);
+          reduce_case<algo::automatic, double, op::sum_t>(comm, f, count, ++salt, root);
         }
         const std::size_t block = count == large_count ? count / 8 : count;  // keep P·n moderate
         for (bool in_place : {false, true}) {
@@ -264,8 +267,9 @@ TEST_CASE(
           reduce_scatter_case<algo::recursive_halving, double, op::sum_t>(comm, f, block, ++salt, in_place);
           reduce_scatter_case<algo::recursive_halving, std::int8_t, op::max_t>(comm, f, block, ++salt, in_place);
         }
-        all_to_all_case<double>(comm, f, block, ++salt);
-        all_to_all_case<std::uint8_t>(comm, f, block == 0 ? 0 : block + 3, ++salt);
+        all_to_all_case<algo::pairwise, double>(comm, f, block, ++salt);
+        all_to_all_case<algo::direct, std::uint8_t>(comm, f, block == 0 ? 0 : block + 3, ++salt);
+        all_to_all_case<algo::automatic, float>(comm, f, block, ++salt);
         try {
           exec::sync_wait(barrier(comm));
         } catch (const std::exception& e) {

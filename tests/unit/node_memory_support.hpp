@@ -4,12 +4,17 @@
 // vote as evidence of which path ran.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <pdcoll/pdcoll.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <vector>
 
 namespace pdcoll::testing {
 
@@ -60,5 +65,31 @@ inline bool slots_untouched(pdcoll::communicator& comm) {
   return std::all_of(slots, slots + 2 * pdcoll::detail::node_step::slot_bytes(node),
                      [](std::byte b) { return b == std::byte{0}; });
 }
+
+/// The failures of every rank of one inproc world (threads), collected
+/// under a lock and reported together when the world has ended.
+class rank_failures {
+ public:
+  /// Records what went wrong on `rank` unless nothing did: the collective
+  /// failed (`ec`), its result was not `right`, it wrote outside its buffers
+  /// (not `fenced`), or its slots were not as its protocol says (not
+  /// `slots_ok`).
+  void check(int rank, const std::string& what, std::error_code ec, bool right, bool fenced, bool slots_ok) {
+    if (!ec && right && fenced && slots_ok) return;
+    std::lock_guard lock(mutex_);
+    failures_.push_back("rank " + std::to_string(rank) + " " + what + ": " + (ec ? ec.message() : "") +
+                        (right ? "" : " wrong") + (fenced ? "" : " wrote outside") +
+                        (slots_ok ? "" : " slots not as the protocol says"));
+  }
+  /// Prints every failure and checks that there was none.
+  void report() const {
+    for (const auto& f : failures_) MESSAGE(f);
+    CHECK(failures_.empty());
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> failures_;
+};
 
 }  // namespace pdcoll::testing

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <pdcoll/algorithm/by_size.hpp>
+#include <pdcoll/algorithm/chain.hpp>
 #include <pdcoll/algorithm/direct.hpp>
 #include <pdcoll/algorithm/node_direct.hpp>
 #include <pdcoll/algorithm/rabenseifner.hpp>
@@ -142,6 +143,76 @@ struct automatic {
     return node_direct::all_gather(ctx);
   }
 
+  /// The default broadcast. Ranks on one host: through node memory
+  /// (shared_memory; the root's copy into its slot and the others' out of
+  /// it overlap from the second slot-sized step), except on 2 ranks from
+  /// 64 KiB to below 512 KiB, where one message (one copy through the
+  /// kernel, CMA) beats the slot's two copies in sequence. Measured on the
+  /// reference machine (pdcoll-bench over shm, float, in place, busbw GB/s,
+  /// tree against shared_memory): 2 ranks 4 KiB 1.9 -> 3.4-3.6, 16 KiB 4.1
+  /// -> 7.3, 1 MiB 7.6-8.2 -> 14.2-14.9, 64 MiB 3.2-3.9 -> 5.9-7.4; 4 ranks
+  /// (on 2 cores) 16 KiB 0.9-1.0 -> 2.3-2.6, 256 KiB 2.2-4.2 -> 6.1-6.5,
+  /// 64 MiB 1.7 -> 2.6-2.9; 2 ranks, three runs, median µs: 64 KiB 5.6-5.8
+  /// against 6.0-6.7, 128 KiB level, 256 KiB 13.4-14.7 against 16.1-25.4,
+  /// 512 KiB 44.9-46.9 against 35.2-36.4. Smaller steps, for more
+  /// overlap, measured slower up to 1 MiB. Without node memory the binomial
+  /// tree below automatic_chain_bytes, the pipelined chain from it.
+  static pdcoll::detail::collective_task broadcast(pdcoll::detail::collective_context& ctx) {
+    const std::size_t bytes = ctx.bytes(ctx.count);
+    if (ctx.node_memory()) {
+      const bool one_message =
+          ctx.world_size == 2 && bytes >= automatic_message_broadcast_from && bytes < automatic_message_broadcast_below;
+      return one_message ? tree::broadcast(ctx) : shared_memory::broadcast(ctx);
+    }
+    if (ctx.world_size > 2 && bytes >= automatic_chain_bytes) return chain::broadcast(ctx);
+    return tree::broadcast(ctx);
+  }
+
+  /// On 2 ranks with node memory, broadcasts of at least
+  /// automatic_message_broadcast_from and fewer than
+  /// automatic_message_broadcast_below bytes take one message (see broadcast).
+  static constexpr std::size_t automatic_message_broadcast_from = std::size_t{64} << 10;
+  /// See automatic_message_broadcast_from.
+  static constexpr std::size_t automatic_message_broadcast_below = std::size_t{512} << 10;
+
+  /// The default reduce: through node memory (shared_memory: the root
+  /// combines every rank's chunk in rank order) where ranks share a host,
+  /// the binomial tree otherwise. Measured as the broadcast: 2 ranks 16 KiB
+  /// 2.1 -> 7.9, 1 MiB 4.5 -> 13.0, 64 MiB 1.1 -> 7.6; 4 ranks 16 KiB 0.6 ->
+  /// 1.5, 1 MiB 1.6 -> 2.6, 64 MiB 0.6 -> 2.0.
+  static pdcoll::detail::collective_task reduce(pdcoll::detail::collective_context& ctx) {
+    if (ctx.node_memory()) return shared_memory::reduce(ctx);
+    return tree::reduce(ctx);
+  }
+
+  /// The default all-to-all: where ranks share a host, through node memory
+  /// (shared_memory) below automatic_node_slots_bytes(P) of whole buffer, as
+  /// the reduce-scatter, and above it every block posted at once (direct):
+  /// each message is then one copy through the kernel (CMA) against the
+  /// slots' two, and no rank waits for a step. Pairwise exchange otherwise.
+  /// Measured on the reference machine (pdcoll-bench over shm, float, -c 1,
+  /// busbw GB/s, pairwise / direct / shared_memory): 2 ranks 16 KiB 1.7 /
+  /// 1.8 / 3.1, 64 KiB 5.2 / 5.2 / 4.8, 256 KiB 10.8 / 9.6 / 6.5, 1 MiB 6.5
+  /// / 6.7 / 4.5; 4 ranks (on 2 cores) 64 KiB 0.8 / 1.1 / 2.1, 256 KiB 2.9 /
+  /// 3.0 / 2.3, 1 MiB 2.3 / 2.7 / 1.8, 4 MiB 2.4 / 2.8 / 2.1. Over TCP
+  /// (4 ranks, io_uring and libfabric tcp) neither of pairwise and direct
+  /// led at every size.
+  static pdcoll::detail::collective_task all_to_all(pdcoll::detail::collective_context& ctx) {
+    if (!ctx.node_memory()) return pairwise::all_to_all(ctx);
+    if (whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size)) return shared_memory::all_to_all(ctx);
+    return direct::all_to_all(ctx);
+  }
+
+  /// Broadcasts of at least this many bytes over more than 2 ranks without
+  /// node memory take the pipelined chain: the tree's root sends the whole
+  /// buffer log2 P times, the chain's every rank once (on 2 ranks both are
+  /// one message). Measured on the reference machine (pdcoll-bench, 4 ranks
+  /// on 2 cores, busbw GB/s, tree against chain): io_uring TCP 256 KiB 1.8
+  /// -> 1.2, 1 MiB 1.6 -> 1.8, 4 MiB 1.4 -> 2.1, 64 MiB 0.7 -> 1.2;
+  /// libfabric tcp 1 MiB 1.6 -> 1.4, 4 MiB 1.3 -> 1.2, 16 MiB 0.9 -> 1.1,
+  /// 64 MiB 0.8 -> 1.0.
+  static constexpr std::size_t automatic_chain_bytes = std::size_t{4} << 20;
+
   /// Reduce-scatters and all-gathers of ranks on one host whose whole buffer
   /// is smaller than this go through node memory (shared_memory): one
   /// handshake per slot-sized step instead of the ring's P-1 message steps.
@@ -160,7 +231,8 @@ struct automatic {
 
  private:
   static pdcoll::detail::collective_task rejected() { co_return make_error_code(errc::invalid_argument); }
-  /// A reduce-scatter's input or an all-gather's output: P blocks of ctx.count.
+  /// A reduce-scatter's input, an all-gather's output or an all-to-all's
+  /// buffer: P blocks of ctx.count.
   static std::size_t whole_bytes(const pdcoll::detail::collective_context& ctx) noexcept {
     return ctx.bytes(ctx.count) * static_cast<std::size_t>(ctx.world_size);
   }

@@ -1,5 +1,11 @@
 // File: algorithm/direct.hpp — one-shot algorithms: every rank exchanges
-// with every other rank at once. Direct all-reduce and pairwise all-to-all.
+// with every other rank at once (direct all-reduce and all-to-all); and the
+// pairwise all-to-all, which takes P-1 steps of one exchange each.
+//
+// All-to-all: direct posts every receive and send in one batch, so each
+// block moves as soon as both ends are ready and no rank waits for a step
+// to finish; pairwise keeps one send and one receive in flight per rank,
+// which bounds the messages in flight on large worlds.
 //
 // All-reduce cost (P ranks, n bytes): one step; each rank sends and receives
 // (P-1)·n bytes and holds (P-1)·n bytes of scratch. The lowest latency for
@@ -12,7 +18,7 @@
 
 namespace pdcoll::algo {
 
-/// Direct (one-shot) all-reduce; pairwise-exchange all-to-all.
+/// Direct (one-shot) all-reduce and all-to-all.
 struct direct {
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "direct";
@@ -43,6 +49,30 @@ struct direct {
     co_return std::error_code{};
   }
 
+  /// All-to-all with every receive and send posted at once.
+  static pdcoll::detail::collective_task all_to_all(pdcoll::detail::collective_context& ctx) {
+    using pdcoll::detail::transfer_batch;
+    const int P = ctx.world_size, r = ctx.rank;
+    const std::size_t block = ctx.bytes(ctx.count);
+    ctx.copy(ctx.output, static_cast<std::size_t>(r) * block, ctx.input, static_cast<std::size_t>(r) * block, block);
+    if (P == 1) co_return std::error_code{};
+    transfer_batch b(ctx, 2 * static_cast<std::size_t>(P - 1));
+    // Peers in the pairwise order, so that each rank's first send meets its
+    // receiver's first receive.
+    for (int s = 1; s < P; ++s) {
+      const int to = (r + s) % P, from = (r - s + P) % P;
+      b.recv(from, ctx.output, static_cast<std::size_t>(from) * block, block, 0);
+      b.send(to, ctx.input, static_cast<std::size_t>(to) * block, block, 0);
+    }
+    co_return co_await b;
+  }
+};
+
+/// Pairwise-exchange all-to-all.
+struct pairwise {
+  /// Name for diagnostics.
+  static constexpr const char* name = "pairwise";
+
   /// All-to-all by pairwise exchange: in step s (1 ≤ s < P) rank r sends its
   /// block for r+s and receives the block from r-s, so each step pairs every
   /// rank with one sender and one receiver.
@@ -62,7 +92,5 @@ struct direct {
   }
 };
 
-/// Pairwise exchange is the direct all-to-all.
-using pairwise = direct;
 
 }  // namespace pdcoll::algo

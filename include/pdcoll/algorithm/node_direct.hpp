@@ -61,7 +61,7 @@ struct node_direct {
     auto* node = ctx.node_memory();
     if (!worth_asking(ctx, node)) return ring::reduce_scatter(ctx);
     const std::size_t block = ctx.bytes(ctx.count);
-    const std::uint64_t slot_steps = slots_instead_of_ring(ctx) ? shared_memory::reduce_scatter_steps(ctx, *node) : 0;
+    const std::uint64_t slot_steps = slots_instead_of_ring(ctx) ? shared_memory::blockwise_steps(ctx, *node) : 0;
     return direct(ctx, *node, block * static_cast<std::size_t>(ctx.world_size), block, slot_steps,
                   &shared_memory::reduce_scatter_in, &ring::reduce_scatter,
                   [](pdcoll::detail::collective_context& c, const detail::node_direct_buffers& buffers) {

@@ -2,8 +2,16 @@
 // rank maps (transport/node_memory.hpp), for ranks on one host:
 // shared_memory (one reduction of everything, for latency) and
 // shared_memory_scatter (a reduce-scatter and an all-gather, for bandwidth);
-// and shared_memory's reduce-scatter and all-gather, which take the same
-// steps (a chunk into the own slot, then every peer's out of theirs).
+// and shared_memory's other collectives, which take the same steps (a chunk
+// into the own slot, then every peer's out of theirs):
+//   - all-gather: each rank's chunk of its block in, every peer's out;
+//   - reduce-scatter and all-to-all: a chunk of each other rank's block
+//     into its section of the slot; then section r of every slot combined
+//     in rank order (reduce-scatter) or copied to its block (all-to-all);
+//   - broadcast: only the root fills its slot, the others copy it out;
+//     the root fills step s+1 while they read step s;
+//   - reduce: every rank but the root fills its slot, and the root
+//     combines them in rank order with its own input.
 //
 // Every rank copies its contribution into its own region, raises a flag,
 // waits for every rank's flag, then reduces all contributions in rank order
@@ -72,7 +80,9 @@
 #pragma once
 
 #include <pdcoll/algorithm/detail/node_direct.hpp>
+#include <pdcoll/algorithm/direct.hpp>
 #include <pdcoll/algorithm/ring.hpp>
+#include <pdcoll/algorithm/tree.hpp>
 #include <pdcoll/detail/collective_operation.hpp>
 #include <pdcoll/detail/node_layout.hpp>
 #include <pdcoll/detail/stream_copy.hpp>
@@ -129,8 +139,8 @@ struct shared_memory {
   /// small for an element per rank.
   static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || reduce_scatter_steps(ctx, *node) == 0) return ring::reduce_scatter(ctx);
-    return reduce_scatter_in(ctx, *node, ctx.reserve_node_steps(reduce_scatter_steps(ctx, *node)));
+    if (!node || blockwise_steps(ctx, *node) == 0) return ring::reduce_scatter(ctx);
+    return reduce_scatter_in(ctx, *node, ctx.reserve_node_steps(blockwise_steps(ctx, *node)));
   }
 
   /// All-gather through node memory: per step, each rank copies a chunk of
@@ -142,63 +152,94 @@ struct shared_memory {
     return all_gather_in(ctx, *node, ctx.reserve_node_steps(all_gather_steps(ctx, *node)));
   }
 
-  /// Node-memory steps reduce_scatter takes for ctx (0: it runs the ring).
-  static std::uint64_t reduce_scatter_steps(const pdcoll::detail::collective_context& ctx,
-                                            const transport::node_memory& node) noexcept {
-    const auto P = static_cast<std::size_t>(ctx.world_size);
-    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size / P;
-    if (P == 1 || ctx.count == 0 || chunk == 0) return 0;
-    return (ctx.count + chunk - 1) / chunk;
+  /// Broadcast through node memory: per step, the root copies a chunk of its
+  /// input into its slot and every other rank copies it into its output. The
+  /// binomial tree (algo::tree) without node memory.
+  static pdcoll::detail::collective_task broadcast(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    const std::uint64_t steps = node ? whole_steps(ctx, *node, ctx.bytes(ctx.count)) : 0;
+    if (steps == 0) return tree::broadcast(ctx);
+    return broadcast_in(ctx, *node, ctx.reserve_node_steps(steps));
+  }
+
+  /// Reduce through node memory: per step, every rank but the root copies a
+  /// chunk of its input into its slot; the root combines every rank's chunk
+  /// in rank order (its own read from its input) into its output. The
+  /// binomial tree (algo::tree) without node memory.
+  static pdcoll::detail::collective_task reduce(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    const std::uint64_t steps = node ? whole_steps(ctx, *node, ctx.bytes(ctx.count)) : 0;
+    if (steps == 0) return tree::reduce(ctx);
+    return reduce_in(ctx, *node, ctx.reserve_node_steps(steps));
+  }
+
+  /// All-to-all through node memory: per step, each rank copies a chunk of
+  /// every other rank's block into its slot, then chunk r of every peer's
+  /// slot into that peer's block of its output. Pairwise exchange
+  /// (algo::pairwise) without node memory.
+  static pdcoll::detail::collective_task all_to_all(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    if (!node || blockwise_steps(ctx, *node) == 0) return pairwise::all_to_all(ctx);
+    return all_to_all_in(ctx, *node, ctx.reserve_node_steps(blockwise_steps(ctx, *node)));
+  }
+
+  /// Bytes of one slot-sized chunk of ctx's elements.
+  static std::size_t chunk_bytes(const pdcoll::detail::collective_context& ctx,
+                                 const transport::node_memory& node) noexcept {
+    return pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+  }
+  /// Node-memory steps that move `bytes` in slot-sized chunks (all-gather's
+  /// block, broadcast's and reduce's buffer); 0 (the message algorithm runs)
+  /// on one rank, for nothing, or with a slot too small for an element.
+  static std::uint64_t whole_steps(const pdcoll::detail::collective_context& ctx, const transport::node_memory& node,
+                                   std::size_t bytes) noexcept {
+    const std::size_t chunk = chunk_bytes(ctx, node);
+    if (ctx.world_size == 1 || bytes == 0 || chunk == 0) return 0;
+    return (bytes + chunk - 1) / chunk;
   }
   /// Node-memory steps all_gather takes for ctx (0: it runs the ring).
   static std::uint64_t all_gather_steps(const pdcoll::detail::collective_context& ctx,
                                         const transport::node_memory& node) noexcept {
-    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+    return whole_steps(ctx, node, ctx.bytes(ctx.count));
+  }
+  /// Elements of each block one step moves in the blockwise collectives
+  /// (reduce_scatter, all_to_all): P of them fill a slot.
+  static std::size_t block_chunk(const pdcoll::detail::collective_context& ctx,
+                                 const transport::node_memory& node) noexcept {
+    return pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size / static_cast<std::size_t>(ctx.world_size);
+  }
+  /// Node-memory steps reduce_scatter and all_to_all take for ctx (0: they
+  /// run their message algorithm).
+  static std::uint64_t blockwise_steps(const pdcoll::detail::collective_context& ctx,
+                                       const transport::node_memory& node) noexcept {
+    const std::size_t chunk = block_chunk(ctx, node);
     if (ctx.world_size == 1 || ctx.count == 0 || chunk == 0) return 0;
-    return (ctx.bytes(ctx.count) + chunk - 1) / chunk;
+    return (ctx.count + chunk - 1) / chunk;
   }
 
-  /// reduce_scatter in the reduce_scatter_steps(ctx, node) steps from
-  /// `first`, which the caller reserved (ctx.reserve_node_steps) before its
-  /// first suspension.
-  [[gnu::noinline]] static pdcoll::detail::collective_task reduce_scatter_in(
-      pdcoll::detail::collective_context& ctx, transport::node_memory& node, std::uint64_t first) {
-    using pdcoll::detail::condition_wait;
-    const int r = ctx.rank, P = ctx.world_size;
-    const std::size_t es = ctx.element_size, count = ctx.count;
-    // Elements of each block per step: P of them fill a slot.
-    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / es / static_cast<std::size_t>(P);
-    const std::uint64_t chunks = reduce_scatter_steps(ctx, node);
-    const std::uint64_t signature = ctx.signature();
-    const std::byte* const in = ctx.input.address;
-    for (std::uint64_t k = 0; k < chunks; ++k) {
-      const pdcoll::detail::node_step s{&node, P, first + k};
-      const std::size_t e0 = k * chunk, bytes = std::min(chunk, count - e0) * es;
-      auto from_input = [&](int q) { return in + (static_cast<std::size_t>(q) * count + e0) * es; };
-
-      condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
-      if (auto ec = co_await slot_free) co_return ec;
-      for (int q = 0; q < P; ++q)
-        if (q != r) std::memcpy(s.slot(r) + static_cast<std::size_t>(q) * chunk * es, from_input(q), bytes);
-      s.publish(r, signature);
-
-      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
-      if (auto ec = co_await published) co_return ec;
-      if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
-      // Rank order, this rank's own contribution read from its input. In
-      // place on rank 2 and up the output is that contribution, which the
-      // first partial sums would overwrite before it is read: the sum goes
-      // through section r of this rank's own slot (no peer reads it).
-      const std::size_t mine = static_cast<std::size_t>(r) * chunk * es;
-      std::byte* const out = ctx.output.address + e0 * es;
-      std::byte* const to = r >= 2 && out == from_input(r) ? s.slot(r) + mine : out;
-      detail::node_direct_combine(ctx, to, 0, bytes, [&](int q) -> const std::byte* {
-        return q == r ? from_input(r) : s.slot(q) + mine;
-      });
-      if (to != out) std::memcpy(out, to, bytes);
-      s.raise(r, &pdcoll::detail::node_flags::consumed);
-    }
-    co_return std::error_code{};
+  /// reduce_scatter in the blockwise_steps(ctx, node) steps from `first`,
+  /// which the caller reserved (ctx.reserve_node_steps) before its first
+  /// suspension.
+  static pdcoll::detail::collective_task reduce_scatter_in(pdcoll::detail::collective_context& ctx,
+                                                           transport::node_memory& node, std::uint64_t first) {
+    return block_steps(ctx, node, first,
+                       [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
+                          std::size_t e0, std::size_t bytes, std::size_t section) {
+                         // Rank order, this rank's own contribution read from
+                         // its input. In place on rank 2 and up the output is
+                         // that contribution, which the first partial sums would
+                         // overwrite before it is read: the sum goes through
+                         // section r of this rank's own slot (no peer reads it).
+                         const int r = c.rank;
+                         const std::size_t mine = static_cast<std::size_t>(r) * section;
+                         const std::byte* const own = c.input.address + (static_cast<std::size_t>(r) * c.count + e0) * c.element_size;
+                         std::byte* const out = c.output.address + e0 * c.element_size;
+                         std::byte* const to = r >= 2 && out == own ? s.slot(r) + mine : out;
+                         detail::node_direct_combine(c, to, 0, bytes, [&](int q) -> const std::byte* {
+                           return q == r ? own : s.slot(q) + mine;
+                         });
+                         if (to != out) std::memcpy(out, to, bytes);
+                       });
   }
 
   /// all_gather in the all_gather_steps(ctx, node) steps from `first`,
@@ -208,7 +249,7 @@ struct shared_memory {
     // This rank's own block first (in place it is already there).
     const std::size_t block = ctx.bytes(ctx.count);
     ctx.copy(ctx.output, static_cast<std::size_t>(ctx.rank) * block, ctx.input, 0, block);
-    return chunk_steps(ctx, node, block, first,
+    return chunk_steps(ctx, node, block, first, copy_input_chunk{},
                        [block](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
                                std::size_t offset, std::size_t bytes) {
                          for (int q = 0; q < c.world_size; ++q)
@@ -217,31 +258,95 @@ struct shared_memory {
                        });
   }
 
+  /// broadcast in the whole_steps steps from `first`.
+  static pdcoll::detail::collective_task broadcast_in(pdcoll::detail::collective_context& ctx,
+                                                      transport::node_memory& node, std::uint64_t first) {
+    const std::size_t total = ctx.bytes(ctx.count);
+    if (ctx.rank == ctx.root) ctx.copy(ctx.output, 0, ctx.input, 0, total);
+    return chunk_steps(
+        ctx, node, total, first,
+        [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s, std::size_t offset,
+           std::size_t bytes) {
+          if (c.rank == c.root) std::memcpy(s.slot(c.rank), c.input.address + offset, bytes);
+        },
+        [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s, std::size_t offset,
+           std::size_t bytes) {
+          if (c.rank != c.root) std::memcpy(c.output.address + offset, s.slot(c.root), bytes);
+        });
+  }
+
+  /// reduce in the whole_steps steps from `first`.
+  static pdcoll::detail::collective_task reduce_in(pdcoll::detail::collective_context& ctx,
+                                                   transport::node_memory& node, std::uint64_t first) {
+    return chunk_steps(
+        ctx, node, ctx.bytes(ctx.count), first,
+        [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s, std::size_t offset,
+           std::size_t bytes) {
+          if (c.rank != c.root) std::memcpy(s.slot(c.rank), c.input.address + offset, bytes);
+        },
+        [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s, std::size_t offset,
+           std::size_t bytes) {
+          if (c.rank != c.root) return;
+          // In place on a root of rank 2 or later, node_direct_reduce_block
+          // sums through scratch: the output is the root's contribution.
+          detail::node_direct_reduce_block(c, c.output.address + offset, 0, bytes, [&](int q) -> const std::byte* {
+            return q == c.rank ? c.input.address + offset : s.slot(q);
+          });
+        });
+  }
+
+  /// all_to_all in the blockwise_steps(ctx, node) steps from `first`.
+  static pdcoll::detail::collective_task all_to_all_in(pdcoll::detail::collective_context& ctx,
+                                                       transport::node_memory& node, std::uint64_t first) {
+    // This rank's own block (input and output never overlap).
+    const std::size_t block = ctx.bytes(ctx.count);
+    const auto r = static_cast<std::size_t>(ctx.rank);
+    ctx.copy(ctx.output, r * block, ctx.input, r * block, block);
+    return block_steps(ctx, node, first,
+                       [block](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
+                               std::size_t e0, std::size_t bytes, std::size_t section) {
+                         const std::size_t mine = static_cast<std::size_t>(c.rank) * section;
+                         for (int q = 0; q < c.world_size; ++q)
+                           if (q != c.rank)
+                             std::memcpy(c.output.address + static_cast<std::size_t>(q) * block + e0 * c.element_size,
+                                         s.slot(q) + mine, bytes);
+                       });
+  }
+
  private:
   static pdcoll::detail::collective_task through(pdcoll::detail::collective_context& ctx,
                                                  transport::node_memory& node) {
     const std::size_t total = ctx.bytes(ctx.count);
-    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+    const std::size_t chunk = chunk_bytes(ctx, node);
     const std::uint64_t chunks = total == 0 ? 0 : (total + chunk - 1) / chunk;
-    return chunk_steps(ctx, node, total, ctx.reserve_node_steps(chunks),
+    return chunk_steps(ctx, node, total, ctx.reserve_node_steps(chunks), copy_input_chunk{},
                        [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
                           std::size_t offset, std::size_t bytes) {
                          s.reduce_slots(c.output.address + offset, bytes / c.element_size, c.red->apply3, c.red->apply);
                        });
   }
 
-  /// `total` bytes of ctx.input in slot-sized chunks, one step each from
-  /// `first` (reserved by the caller; see the file comment): copies this
-  /// rank's chunk into its slot, publishes it, waits for every rank's, calls
-  /// use(ctx, step, offset, bytes), marks the step consumed. Not inlined,
+  /// chunk_steps' usual fill: this rank's chunk of its input into its slot.
+  struct copy_input_chunk {
+    void operator()(pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s, std::size_t offset,
+                    std::size_t bytes) const noexcept {
+      std::memcpy(s.slot(c.rank), c.input.address + offset, bytes);
+    }
+  };
+
+  /// `total` bytes in slot-sized chunks, one step each from `first`
+  /// (reserved by the caller; see the file comment): fill(ctx, step, offset,
+  /// bytes) writes what peers read of this rank's slot, the step is
+  /// published, and once every rank has published it use(ctx, step, offset,
+  /// bytes) reads the slots; then the step is marked consumed. Not inlined,
   /// for the reason detail::node_direct_handshake gives.
-  template <class Use>
+  template <class Fill, class Use>
   [[gnu::noinline]] static pdcoll::detail::collective_task chunk_steps(pdcoll::detail::collective_context& ctx,
                                                                       transport::node_memory& node,
                                                                       std::size_t total, std::uint64_t first,
-                                                                      Use use) {
+                                                                      Fill fill, Use use) {
     using pdcoll::detail::condition_wait;
-    const std::size_t chunk = pdcoll::detail::node_step::slot_bytes(node) / ctx.element_size * ctx.element_size;
+    const std::size_t chunk = chunk_bytes(ctx, node);
     const std::uint64_t chunks = total == 0 ? 0 : (total + chunk - 1) / chunk;
     const int r = ctx.rank, P = ctx.world_size;
     const std::uint64_t signature = ctx.signature();
@@ -251,13 +356,52 @@ struct shared_memory {
 
       condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
       if (auto ec = co_await slot_free) co_return ec;
-      std::memcpy(s.slot(r), ctx.input.address + offset, bytes);
+      fill(ctx, s, offset, bytes);
       s.publish(r, signature);
 
       condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
       if (auto ec = co_await published) co_return ec;
       if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
       use(ctx, s, offset, bytes);
+      s.raise(r, &pdcoll::detail::node_flags::consumed);
+    }
+    co_return std::error_code{};
+  }
+
+  /// The blockwise collectives' steps (ctx.input holds P blocks of
+  /// ctx.count elements), blockwise_steps(ctx, node) of them from `first`:
+  /// each copies chunk k of every other rank's block q into section q of
+  /// this rank's slot (sections of block_chunk elements), publishes, and
+  /// once every rank has calls use(ctx, step, e0, bytes, section_bytes) for
+  /// the chunk's first element e0 and size; then marks the step consumed.
+  /// Not inlined, for the reason detail::node_direct_handshake gives.
+  template <class Use>
+  [[gnu::noinline]] static pdcoll::detail::collective_task block_steps(pdcoll::detail::collective_context& ctx,
+                                                                      transport::node_memory& node,
+                                                                      std::uint64_t first, Use use) {
+    using pdcoll::detail::condition_wait;
+    const int r = ctx.rank, P = ctx.world_size;
+    const std::size_t es = ctx.element_size, count = ctx.count;
+    const std::size_t chunk = block_chunk(ctx, node), section = chunk * es;
+    const std::uint64_t chunks = blockwise_steps(ctx, node);
+    const std::uint64_t signature = ctx.signature();
+    const std::byte* const in = ctx.input.address;
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      const pdcoll::detail::node_step s{&node, P, first + k};
+      const std::size_t e0 = k * chunk, bytes = std::min(chunk, count - e0) * es;
+
+      condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
+      if (auto ec = co_await slot_free) co_return ec;
+      for (int q = 0; q < P; ++q)
+        if (q != r)
+          std::memcpy(s.slot(r) + static_cast<std::size_t>(q) * section, in + (static_cast<std::size_t>(q) * count + e0) * es,
+                      bytes);
+      s.publish(r, signature);
+
+      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
+      if (auto ec = co_await published) co_return ec;
+      if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
+      use(ctx, s, e0, bytes, section);
       s.raise(r, &pdcoll::detail::node_flags::consumed);
     }
     co_return std::error_code{};
