@@ -96,7 +96,7 @@ for ((round = 1; round <= rounds; ++round)); do
   done
 done
 
-python3 - "$raw" "$out" "$cores" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "${sweep[*]}" <<'EOF'
+python3 - "$raw" "$out" "$cores" "$(git describe --always --dirty 2>/dev/null || echo unknown)" "${sweep[*]}" <<'EOF'
 import collections, sys
 raw, out, cores, commit, sweep = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rows = collections.defaultdict(lambda: collections.defaultdict(list))

@@ -308,7 +308,7 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
 /// Broadcast: `in` at `root` copied into `out` on every rank (in == out for
 /// in place; non-roots may pass their `out` as `in`). Algo: algo::automatic
 /// (through node memory where ranks share a host, but for one message on 2
-/// ranks from 64 KiB to 512 KiB; otherwise the tree, and
+/// ranks from 64 KiB to below 512 KiB; otherwise the tree, and
 /// the chain from 4 MiB on more than 2 ranks), algo::shared_memory,
 /// algo::tree (binomial) or algo::chain (pipelined, for large messages).
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>

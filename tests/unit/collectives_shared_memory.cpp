@@ -253,6 +253,14 @@ void meet(pdcoll::communicator& comm) {
   ex::sync_wait(pdcoll::all_reduce(comm, one));
 }
 
+// Clears this rank's slots once no rank still reads them, and returns once
+// every rank has: the next collective's slot writes are then the only ones.
+void fresh_slots_of(pdcoll::communicator& comm) {
+  meet(comm);
+  clear_slots(comm);
+  meet(comm);
+}
+
 }  // namespace
 
 TEST_CASE("shared_memory_scatter over shareable buffers on every rank reduces in place on them: exact sums, no slot written, 2 to 8 ranks") {
@@ -438,9 +446,7 @@ TEST_CASE("shared_memory reduce-scatter and all-gather go through the slots: exa
             for (std::size_t i = 0; i < n * Pz; ++i) in[i + 1] = contribution(r, i, salt);
             std::span<float> input(in.data() + 1, n * Pz);
             std::span<float> out = in_place ? input.subspan(rz * n, n) : std::span<float>(separate).subspan(1, n);
-            meet(comm);
-            clear_slots(comm);
-            meet(comm);
+            fresh_slots_of(comm);
             const auto ec = outcome_of(pdcoll::reduce_scatter<pdcoll::algo::shared_memory>(
                 comm, std::span<const float>(input), out));
             bool right = !ec;
@@ -454,9 +460,7 @@ TEST_CASE("shared_memory reduce-scatter and all-gather go through the slots: exa
             std::span<float> output(out_buffer.data() + 1, n * Pz);
             std::span<float> input = in_place ? output.subspan(rz * n, n) : std::span<float>(separate);
             for (std::size_t i = 0; i < n; ++i) input[i] = contribution(r, i, salt);
-            meet(comm);
-            clear_slots(comm);
-            meet(comm);
+            fresh_slots_of(comm);
             const auto ec = outcome_of(pdcoll::all_gather<pdcoll::algo::shared_memory>(
                 comm, std::span<const float>(input), output));
             bool right = !ec;
@@ -520,11 +524,6 @@ TEST_CASE("shared_memory broadcast, reduce and all-to-all go through the slots: 
       // Whether this rank's slots were written since they were cleared, as
       // the collective requires: `expected` on ranks that fill a slot.
       auto slots_as_expected = [&](bool expected) { return P == 1 || slots_untouched(comm) != expected; };
-      auto fresh_slots = [&] {
-        meet(comm);
-        clear_slots(comm);
-        meet(comm);
-      };
       for (int root : {0, P / 2, P - 1}) {
         for (bool in_place : {true, false}) {
           for (std::size_t n : {std::size_t{1}, Pz + 1, slot_floats, 2 * slot_floats + 5}) {
@@ -537,7 +536,7 @@ TEST_CASE("shared_memory broadcast, reduce and all-to-all go through the slots: 
               if (r == root)
                 for (std::size_t i = 0; i < n; ++i) data[i] = contribution(root, i, salt);
               std::span<float> out = in_place ? data : std::span<float>(separate).subspan(1, n);
-              fresh_slots();
+              fresh_slots_of(comm);
               const auto ec = outcome_of(pdcoll::broadcast<pdcoll::algo::shared_memory>(comm, data, out, root));
               bool right = !ec;
               for (std::size_t i = 0; i < n && right; ++i) right = out[i] == contribution(root, i, salt);
@@ -545,24 +544,25 @@ TEST_CASE("shared_memory broadcast, reduce and all-to-all go through the slots: 
                                   separate.back() == -1.0f;
               failures.check(r, "broadcast " + where, ec, right, fenced, slots_as_expected(r == root));
             }
-            {  // reduce: every rank but the root fills its slot
+            {  // reduce: every rank but the root fills its slot (an in-place
+               // root of rank 2 or later sums through its own)
               ++salt;
               std::vector<float> buffer(n + 2, -1.0f), separate(n + 2, -1.0f);
               std::span<float> input(buffer.data() + 1, n);
               for (std::size_t i = 0; i < n; ++i) input[i] = contribution(r, i, salt);
+              // Non-roots pass an output too: it must stay as it was.
               std::span<float> out = in_place ? input : std::span<float>(separate).subspan(1, n);
-              if (r != root) out = {};
-              fresh_slots();
+              fresh_slots_of(comm);
               const auto ec = outcome_of(
                   pdcoll::reduce<pdcoll::algo::shared_memory>(comm, std::span<const float>(input), out, pdcoll::op::sum, root));
               bool right = !ec;
-              for (std::size_t i = 0; r == root && i < n && right; ++i)
-                right = out[i] == pdcoll::testing::rank_order_sum(P, i, salt);
-              const bool untouched_elsewhere =
-                  r == root || in_place || std::all_of(separate.begin(), separate.end(), [](float x) { return x == -1.0f; });
+              for (std::size_t i = 0; i < n && right; ++i)
+                right = out[i] == (r == root ? pdcoll::testing::rank_order_sum(P, i, salt)
+                                             : in_place ? contribution(r, i, salt) : -1.0f);
               const bool fenced = buffer.front() == -1.0f && buffer.back() == -1.0f && separate.front() == -1.0f &&
-                                  separate.back() == -1.0f && untouched_elsewhere;
-              failures.check(r, "reduce " + where, ec, right, fenced, slots_as_expected(r != root));
+                                  separate.back() == -1.0f;
+              const bool root_sums_in_slot = r == root && in_place && r >= 2;
+              failures.check(r, "reduce " + where, ec, right, fenced, slots_as_expected(r != root || root_sums_in_slot));
             }
           }
         }
@@ -573,7 +573,7 @@ TEST_CASE("shared_memory broadcast, reduce and all-to-all go through the slots: 
         std::vector<float> in(n * Pz), buffer(n * Pz + 2, -1.0f);
         for (std::size_t i = 0; i < in.size(); ++i) in[i] = contribution(r, i, salt);
         std::span<float> out(buffer.data() + 1, n * Pz);
-        fresh_slots();
+        fresh_slots_of(comm);
         const auto ec = outcome_of(pdcoll::all_to_all<pdcoll::algo::shared_memory>(comm, std::span<const float>(in), out));
         bool right = !ec;
         for (std::size_t i = 0; i < n * Pz && right; ++i)
@@ -586,7 +586,7 @@ TEST_CASE("shared_memory broadcast, reduce and all-to-all go through the slots: 
   }
 }
 
-TEST_CASE("slot broadcasts, reduces and all-to-alls in flight with a chunked all-reduce interleave their steps correctly; automatic takes the slots") {
+TEST_CASE("slot broadcasts, reduces and all-to-alls in flight with a chunked all-reduce interleave their steps correctly") {
   const int P = 3;
   std::mutex failures_mutex;
   int wrong = 0;
@@ -603,11 +603,13 @@ TEST_CASE("slot broadcasts, reduces and all-to-alls in flight with a chunked all
       for (std::size_t i = 0; i < red_in.size(); ++i) red_in[i] = contribution(r, i, salt + 1);
       for (std::size_t i = 0; i < a2a_in.size(); ++i) a2a_in[i] = contribution(r, i, salt + 2);
       for (std::size_t i = 0; i < chunked.size(); ++i) chunked[i] = contribution(r, i, salt + 3);
-      ex::sync_wait(ex::when_all(pdcoll::broadcast(comm, std::span<float>(bc), root),
-                                 pdcoll::all_reduce<pdcoll::algo::shared_memory_scatter>(comm, std::span<float>(chunked)),
-                                 pdcoll::reduce(comm, std::span<const float>(red_in), std::span<float>(red_out),
-                                                pdcoll::op::sum, root),
-                                 pdcoll::all_to_all(comm, std::span<const float>(a2a_in), std::span<float>(a2a_out))));
+      namespace algo = pdcoll::algo;
+      ex::sync_wait(ex::when_all(
+          pdcoll::broadcast<algo::shared_memory>(comm, std::span<float>(bc), root),
+          pdcoll::all_reduce<algo::shared_memory_scatter>(comm, std::span<float>(chunked)),
+          pdcoll::reduce<algo::shared_memory>(comm, std::span<const float>(red_in), std::span<float>(red_out),
+                                              pdcoll::op::sum, root),
+          pdcoll::all_to_all<algo::shared_memory>(comm, std::span<const float>(a2a_in), std::span<float>(a2a_out))));
       bool right = true;
       for (std::size_t i = 0; i < bc.size() && right; ++i) right = bc[i] == contribution(root, i, salt);
       for (std::size_t i = 0; i < red_out.size() && right; ++i)
@@ -623,4 +625,68 @@ TEST_CASE("slot broadcasts, reduces and all-to-alls in flight with a chunked all
     }
   }, {}, region_bytes);
   CHECK(wrong == 0);
+}
+
+TEST_CASE("automatic broadcast, reduce and all-to-all on node memory: the slots, one message for 2-rank broadcasts from 64 KiB to below 512 KiB, all-to-alls above the slot threshold posted at once") {
+  // Which path ran shows in the slots: the root's for a broadcast, the
+  // others' for a reduce, every rank's for an all-to-all.
+  struct expectation {
+    int world;
+    const char* collective;
+    std::size_t floats;  // broadcast and reduce: the buffer; all-to-all: one block
+    bool slots;
+  };
+  namespace algo = pdcoll::algo;
+  const std::size_t window_from = algo::automatic::automatic_message_broadcast_from / sizeof(float);
+  const std::size_t window_below = algo::automatic::automatic_message_broadcast_below / sizeof(float);
+  const std::size_t a2a_slots_2 = algo::automatic::automatic_node_slots_bytes(2) / sizeof(float) / 2;
+  const std::size_t a2a_slots_3 = algo::automatic::automatic_node_slots_bytes(3) / sizeof(float) / 3;
+  const expectation cases[] = {
+      {2, "broadcast", window_from - 1, true},   {2, "broadcast", window_from, false},
+      {2, "broadcast", window_below - 1, false}, {2, "broadcast", window_below, true},
+      {3, "broadcast", window_from, true},       {2, "reduce", window_from, true},
+      {3, "reduce", window_below, true},         {2, "all_to_all", a2a_slots_2 - 1, true},
+      {2, "all_to_all", a2a_slots_2, false},     {3, "all_to_all", a2a_slots_3 - 1, true},
+      {3, "all_to_all", a2a_slots_3 + 1, false},
+  };
+  for (const auto& e : cases) {
+    CAPTURE(e.world);
+    CAPTURE(e.collective);
+    CAPTURE(e.floats);
+    pdcoll::testing::rank_failures failures;
+    pdcoll::testing::run_inproc(e.world, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank(), P = comm.world_size();
+      const std::uint64_t salt = 1400 + e.floats;
+      const std::string what = e.collective;
+      const std::size_t n = e.floats;
+      fresh_slots_of(comm);
+      if (what == "broadcast") {
+        std::vector<float> data(n, -1.0f);
+        if (r == 0)
+          for (std::size_t i = 0; i < n; ++i) data[i] = contribution(0, i, salt);
+        const auto ec = outcome_of(pdcoll::broadcast(comm, std::span<float>(data), 0));
+        bool right = !ec;
+        for (std::size_t i = 0; i < n && right; ++i) right = data[i] == contribution(0, i, salt);
+        failures.check(r, what, ec, right, true, r != 0 || slots_untouched(comm) != e.slots);
+      } else if (what == "reduce") {
+        std::vector<float> in(n), out(r == 0 ? n : 0);
+        for (std::size_t i = 0; i < n; ++i) in[i] = contribution(r, i, salt);
+        const auto ec = outcome_of(
+            pdcoll::reduce(comm, std::span<const float>(in), std::span<float>(out), pdcoll::op::sum, 0));
+        bool right = !ec;
+        for (std::size_t i = 0; r == 0 && i < n && right; ++i) right = out[i] == pdcoll::testing::rank_order_sum(P, i, salt);
+        failures.check(r, what, ec, right, true, r == 0 || slots_untouched(comm) != e.slots);
+      } else {
+        const auto Pz = static_cast<std::size_t>(P);
+        std::vector<float> in(n * Pz), out(n * Pz);
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = contribution(r, i, salt);
+        const auto ec = outcome_of(pdcoll::all_to_all(comm, std::span<const float>(in), std::span<float>(out)));
+        bool right = !ec;
+        for (std::size_t i = 0; i < out.size() && right; ++i)
+          right = out[i] == contribution(static_cast<int>(i / n), static_cast<std::size_t>(r) * n + i % n, salt);
+        failures.check(r, what, ec, right, true, slots_untouched(comm) != e.slots);
+      }
+    }, {}, region_bytes);
+    failures.report();
+  }
 }

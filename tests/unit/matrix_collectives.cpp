@@ -255,7 +255,8 @@ TEST_CASE(
           reduce_case<algo::tree, float, op::sum_t>(comm, f, count, ++salt, root);
           reduce_case<algo::tree, std::int32_t, op::min_t>(comm, f, count, ++salt, root);
           reduce_case<algo::tree, bfloat16, op::avg_t>(comm, f, count, ++salt, root);
-          broadcast_case<algo::automatic, float>(comm, f, count, ++salt, root, false);
+          // doubles: the large count is past automatic's chain threshold
+          broadcast_case<algo::automatic, double>(comm, f, count, ++salt, root, false);
           reduce_case<algo::automatic, double, op::sum_t>(comm, f, count, ++salt, root);
         }
         const std::size_t block = count == large_count ? count / 8 : count;  // keep P·n moderate

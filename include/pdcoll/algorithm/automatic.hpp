@@ -1,6 +1,8 @@
-// File: algorithm/automatic.hpp — the default all-reduce choice.
+// File: algorithm/automatic.hpp — the default algorithm of every collective
+// but the barrier: for the all-reduce the choice below; for the others, each
+// member's comment says what it runs.
 //
-// `automatic` is a by_size composition whose thresholds come from the cost
+// For the all-reduce, `automatic` is a by_size composition whose thresholds come from the cost
 // model (model/cost_model.hpp) with the parameters fitted on the reference
 // machine (libfabric shm, 2 and 4 ranks, bench/allreduce_sweep):
 // alpha 12 us, beta 0.11 ns/B, gamma 0.08 ns/B. The model's crossovers on 4
@@ -19,9 +21,10 @@
 // shm) the shared-memory algorithms replace that composition (see
 // automatic_scatter_threshold).
 //
-// PDCOLL_ALGO=<name> forces one of the algorithms compiled in (ring,
-// recursive_doubling, rabenseifner, tree, direct, shared_memory,
-// shared_memory_scatter) for experiments; every rank
+// PDCOLL_ALGO=<name> forces one of the all-reduce algorithms compiled in
+// (ring, recursive_doubling, rabenseifner, tree, direct, shared_memory,
+// shared_memory_scatter) for experiments; the other collectives do not read
+// it (name their algorithm as the template argument instead). Every rank
 // must set the same value. Any other value completes every automatic
 // all-reduce with errc::invalid_argument (nothing is sent).
 #pragma once

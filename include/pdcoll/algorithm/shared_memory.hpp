@@ -76,7 +76,8 @@
 // copies stay.
 //
 // Without node memory (another transport, ranks on several hosts, a staged
-// device buffer) the ring runs instead.
+// device buffer) the ring runs instead (the tree for broadcast and reduce,
+// pairwise exchange for all-to-all).
 #pragma once
 
 #include <pdcoll/algorithm/detail/node_direct.hpp>
@@ -287,11 +288,16 @@ struct shared_memory {
         [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s, std::size_t offset,
            std::size_t bytes) {
           if (c.rank != c.root) return;
-          // In place on a root of rank 2 or later, node_direct_reduce_block
-          // sums through scratch: the output is the root's contribution.
-          detail::node_direct_reduce_block(c, c.output.address + offset, 0, bytes, [&](int q) -> const std::byte* {
-            return q == c.rank ? c.input.address + offset : s.slot(q);
-          });
+          // In place on a root of rank 2 or later the output is the root's
+          // contribution, which the first partial sums would overwrite
+          // before it is read: the sum goes through the root's own slot,
+          // which it does not fill and no peer reads.
+          std::byte* const out = c.output.address + offset;
+          const std::byte* const own = c.input.address + offset;
+          std::byte* const to = c.rank >= 2 && out == own ? s.slot(c.rank) : out;
+          detail::node_direct_combine(c, to, 0, bytes,
+                                      [&](int q) -> const std::byte* { return q == c.rank ? own : s.slot(q); });
+          if (to != out) std::memcpy(out, to, bytes);
         });
   }
 
