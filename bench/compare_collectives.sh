@@ -66,6 +66,9 @@ message_algorithm() {
   esac
 }
 
+# The code measured: the commit, "-dirty" when files outside bench/results differ from it.
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- . ':(exclude)bench/results' 2>/dev/null || commit+=-dirty
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
 raw=${out%.md}.txt
 mkdir -p "$(dirname "$out")"
@@ -96,7 +99,7 @@ for ((round = 1; round <= rounds; ++round)); do
   done
 done
 
-python3 - "$raw" "$out" "$cores" "$(git describe --always --dirty 2>/dev/null || echo unknown)" "${sweep[*]}" <<'EOF'
+python3 - "$raw" "$out" "$cores" "$commit" "${sweep[*]}" <<'EOF'
 import collections, sys
 raw, out, cores, commit, sweep = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rows = collections.defaultdict(lambda: collections.defaultdict(list))
