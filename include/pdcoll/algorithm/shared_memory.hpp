@@ -118,7 +118,8 @@ inline constexpr std::size_t node_stream_output_bytes = std::size_t{8} << 20;
 /// extra handshakes cost more than the copies they save.
 inline constexpr std::size_t node_direct_bytes = std::size_t{256} << 10;
 
-/// All-reduce through node memory (see the file comment); the ring without it.
+/// Every collective but the barrier through node memory (see the file
+/// comment); without it the message algorithm each member names.
 struct shared_memory {
   /// Name for diagnostics and PDCOLL_ALGO.
   static constexpr const char* name = "shared_memory";
