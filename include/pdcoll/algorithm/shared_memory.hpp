@@ -141,8 +141,9 @@ struct shared_memory {
   /// small for an element per rank.
   static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || blockwise_steps(ctx, *node) == 0) return ring::reduce_scatter(ctx);
-    return reduce_scatter_in(ctx, *node, ctx.reserve_node_steps(blockwise_steps(ctx, *node)));
+    const std::uint64_t steps = node ? blockwise_steps(ctx, *node) : 0;
+    if (steps == 0) return ring::reduce_scatter(ctx);
+    return reduce_scatter_in(ctx, *node, ctx.reserve_node_steps(steps));
   }
 
   /// All-gather through node memory: per step, each rank copies a chunk of
@@ -150,8 +151,9 @@ struct shared_memory {
   /// ring without node memory.
   static pdcoll::detail::collective_task all_gather(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || all_gather_steps(ctx, *node) == 0) return ring::all_gather(ctx);
-    return all_gather_in(ctx, *node, ctx.reserve_node_steps(all_gather_steps(ctx, *node)));
+    const std::uint64_t steps = node ? all_gather_steps(ctx, *node) : 0;
+    if (steps == 0) return ring::all_gather(ctx);
+    return all_gather_in(ctx, *node, ctx.reserve_node_steps(steps));
   }
 
   /// Broadcast through node memory: per step, the root copies a chunk of its
@@ -181,8 +183,9 @@ struct shared_memory {
   /// (algo::pairwise) without node memory.
   static pdcoll::detail::collective_task all_to_all(pdcoll::detail::collective_context& ctx) {
     auto* node = ctx.node_memory();
-    if (!node || blockwise_steps(ctx, *node) == 0) return pairwise::all_to_all(ctx);
-    return all_to_all_in(ctx, *node, ctx.reserve_node_steps(blockwise_steps(ctx, *node)));
+    const std::uint64_t steps = node ? blockwise_steps(ctx, *node) : 0;
+    if (steps == 0) return pairwise::all_to_all(ctx);
+    return all_to_all_in(ctx, *node, ctx.reserve_node_steps(steps));
   }
 
   /// Bytes of one slot-sized chunk of ctx's elements.
@@ -228,19 +231,14 @@ struct shared_memory {
                        [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s,
                           std::size_t e0, std::size_t bytes, std::size_t section) {
                          // Rank order, this rank's own contribution read from
-                         // its input. In place on rank 2 and up the output is
-                         // that contribution, which the first partial sums would
-                         // overwrite before it is read: the sum goes through
-                         // section r of this rank's own slot (no peer reads it).
+                         // its input; in place on rank 2 and up the sum goes
+                         // through section r of this rank's own slot (no peer
+                         // reads it).
                          const int r = c.rank;
                          const std::size_t mine = static_cast<std::size_t>(r) * section;
                          const std::byte* const own = c.input.address + (static_cast<std::size_t>(r) * c.count + e0) * c.element_size;
-                         std::byte* const out = c.output.address + e0 * c.element_size;
-                         std::byte* const to = r >= 2 && out == own ? s.slot(r) + mine : out;
-                         detail::node_direct_combine(c, to, 0, bytes, [&](int q) -> const std::byte* {
-                           return q == r ? own : s.slot(q) + mine;
-                         });
-                         if (to != out) std::memcpy(out, to, bytes);
+                         detail::node_combine_into(c, c.output.address + e0 * c.element_size, s.slot(r) + mine, bytes,
+                                                   [&](int q) -> const std::byte* { return q == r ? own : s.slot(q) + mine; });
                        });
   }
 
@@ -289,16 +287,11 @@ struct shared_memory {
         [](pdcoll::detail::collective_context& c, const pdcoll::detail::node_step& s, std::size_t offset,
            std::size_t bytes) {
           if (c.rank != c.root) return;
-          // In place on a root of rank 2 or later the output is the root's
-          // contribution, which the first partial sums would overwrite
-          // before it is read: the sum goes through the root's own slot,
-          // which it does not fill and no peer reads.
-          std::byte* const out = c.output.address + offset;
+          // In place on a root of rank 2 or later the sum goes through the
+          // root's own slot, which it does not fill and no peer reads.
           const std::byte* const own = c.input.address + offset;
-          std::byte* const to = c.rank >= 2 && out == own ? s.slot(c.rank) : out;
-          detail::node_direct_combine(c, to, 0, bytes,
-                                      [&](int q) -> const std::byte* { return q == c.rank ? own : s.slot(q); });
-          if (to != out) std::memcpy(out, to, bytes);
+          detail::node_combine_into(c, c.output.address + offset, s.slot(c.rank), bytes,
+                                    [&](int q) -> const std::byte* { return q == c.rank ? own : s.slot(q); });
         });
   }
 

@@ -241,6 +241,19 @@ void node_direct_combine(pdcoll::detail::collective_context& ctx, std::byte* to,
   for (int q = 2; q < ctx.world_size; ++q) ctx.red->apply(to, source(q) + from, n);
 }
 
+/// `out` = every rank's contribution `source(q)` (`bytes`) combined in rank
+/// order, where this rank's own is `source(rank)`. When `out` is that
+/// contribution (in place) and the rank is 2 or later, the first partial
+/// sums would overwrite it before it is read: they go through `spare` (at
+/// least `bytes`, read by no peer) and are copied over.
+template <class Source>
+void node_combine_into(pdcoll::detail::collective_context& ctx, std::byte* out, std::byte* spare, std::size_t bytes,
+                       Source source) {
+  std::byte* const to = ctx.rank >= 2 && out == source(ctx.rank) ? spare : out;
+  node_direct_combine(ctx, to, 0, bytes, source);
+  if (to != out) std::memcpy(out, to, bytes);
+}
+
 /// `to` = every rank's contribution `source(q) + from` (`bytes`) combined in
 /// rank order. When `to` is this rank's own contribution (in place) and the
 /// rank is 2 or later, the first partial sums would overwrite it before it
