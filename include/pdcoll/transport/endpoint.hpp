@@ -91,7 +91,7 @@ struct completion_context {
   alignas(void*) unsigned char provider_space[8 * sizeof(void*)] = {};  ///< fi_context2
   /// Called once, from progress(), when the operation ends.
   void (*on_complete)(completion_context* self, const completion& result) noexcept = nullptr;
-  std::uint64_t transport_state[6] = {};  ///< scratch for the transport (split messages, buffers, indices)
+  std::uint64_t transport_state[8] = {};  ///< scratch for the transport (split messages, buffers, indices)
 };
 
 /// Rank value meaning "from any peer" in post_recv.

@@ -27,19 +27,20 @@
 // copy one at a time; it also stalls on large messages that arrive before
 // their receive (ofiwg/libfabric#9143). So on shm (when every rank's CMA
 // probe succeeded, see setup_shm_peers) a message of at least
-// options.rendezvous_threshold bytes goes out as a zero-byte notice on the
-// caller's tag with remote CQ data rendezvous_flag | sender rank << 40 |
-// cookie, after the sender wrote {address, length, cookie} into slot
-// (receiver, cookie % rendezvous_slots) of its rendezvous table, whose address
-// every peer learnt at setup. The receive the notice matches reads that slot
-// and then the payload, each with one process_vm_readv straight from the
+// options.rendezvous_threshold bytes goes out as a 16-byte notice {address,
+// length} (rendezvous_notice, injected) on the caller's tag with remote CQ
+// data rendezvous_flag | sender rank << 40 | cookie. The receive the notice
+// matches reads the payload with one process_vm_readv straight from the
 // sender's memory into the receive buffer, outside every libfabric lock, and
 // answers with a zero-byte finish message on tag reserved_tag_bits |
 // finish_bit | [finish_failed_bit] | cookie. The send completes when the
-// finish arrives (its buffer is no longer read). A notice fits every receive,
-// so a too-small receive is reported to both sides. A rendezvous send is not
-// cancelled, as the receiver may be reading it; close() still ends it. A send
-// whose table slot is still busy takes the provider's path.
+// finish arrives (its buffer is no longer read). A receive shorter than a
+// notice takes it into its context instead (transport_state[6..7]; shm
+// drops the CQ data of a truncated message, and the sender would never hear
+// back), so a too-small receive is reported to both sides. A rendezvous send
+// is not cancelled, as the receiver may be reading it; close() still ends
+// it. The cookie's slot (receiver, cookie % rendezvous_slots) marks the send
+// in flight; a send whose slot is still busy takes the provider's path.
 //
 // Performance: a send or receive shorter than the chunk size is one fi_tsend /
 // fi_trecv and no allocation. Split messages allocate one small record and
@@ -219,6 +220,7 @@ inline constexpr std::uint64_t state_cancel_requested = 1u << 2;
 inline constexpr std::uint64_t state_split = 1u << 3;  // transport_state[1] holds a split_transfer*
 inline constexpr std::uint64_t state_rendezvous = 1u << 4;  // a send waiting for its finish message
 inline constexpr std::uint64_t state_deferred = 1u << 5;    // queued after -FI_EAGAIN, not yet with the provider
+inline constexpr std::uint64_t state_bounce = 1u << 6;      // a short receive posted into transport_state[6..7]
 
 /// A post that met -FI_EAGAIN, kept for progress() to retry (see defer()).
 struct deferred_post {
@@ -241,14 +243,14 @@ inline constexpr std::uint64_t rendezvous_cookie_mask = (std::uint64_t{1} << 40)
 inline constexpr std::uint64_t finish_bit = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t finish_failed_bit = std::uint64_t{1} << 61;
 
-/// One slot of a sender's rendezvous table (see the file comment).
-struct rendezvous_record {
+/// The body of a rendezvous notice (see the file comment): where the
+/// payload lies in the sender's memory, and its length.
+struct rendezvous_notice {
   std::uint64_t address = 0;
   std::uint64_t length = 0;
-  std::uint64_t cookie = 0;  ///< the notice's cookie, checked by the reader
 };
 
-/// Table slots per receiving peer: rendezvous sends in flight to one peer.
+/// Busy-slots per receiving peer: rendezvous sends in flight to one peer.
 inline constexpr std::size_t rendezvous_slots = 256;
 
 /// Progress of one message that is moved in chunks (see the file comment).
@@ -462,20 +464,20 @@ class fabric_endpoint final : public endpoint, private node_memory {
     return {};
   }
 
-  /// The send side of the single-copy rendezvous: fills the table slot,
-  /// posts the notice, then the receive for the finish message with the
-  /// caller's context. Returns false (nothing posted) when the slot is busy;
-  /// `again` when the notice met -FI_EAGAIN (nothing posted either).
+  /// The send side of the single-copy rendezvous: posts the notice, then the
+  /// receive for the finish message with the caller's context. Returns
+  /// false (nothing posted) when the cookie's slot is busy; `again` when
+  /// the notice met -FI_EAGAIN (nothing posted either).
   bool post_rendezvous_send(int peer, const std::byte* bytes, std::size_t length, std::uint64_t tag,
                             completion_context* ctx, std::error_code& ec, bool& again) noexcept {
     const std::uint64_t cookie = next_sequence(peer) & detail::rendezvous_cookie_mask;
     const std::size_t slot = static_cast<std::size_t>(peer) * detail::rendezvous_slots +
                              static_cast<std::size_t>(cookie % detail::rendezvous_slots);
     if (rendezvous_busy_[slot]) return false;
-    rendezvous_table_[slot] = detail::rendezvous_record{reinterpret_cast<std::uintptr_t>(bytes), length, cookie};
+    const detail::rendezvous_notice notice{reinterpret_cast<std::uintptr_t>(bytes), length};
     const auto to = static_cast<fi_addr_t>(peer);
     const std::uint64_t data = detail::rendezvous_flag | (static_cast<std::uint64_t>(rank_) << 40) | cookie;
-    ec = first_post(again, [&] { return ::fi_tinjectdata(ep_, nullptr, 0, data, to, tag); });
+    ec = first_post(again, [&] { return ::fi_tinjectdata(ep_, &notice, sizeof notice, data, to, tag); });
     if (ec || again) return true;  // nothing went out
     ring(peer);
     rendezvous_busy_[slot] = 1;
@@ -494,25 +496,28 @@ class fabric_endpoint final : public endpoint, private node_memory {
     return true;
   }
 
-  /// The receive side: `ctx` matched a notice from the rank in `e.data`;
-  /// reads the sender's table slot and the payload, answers with a finish
-  /// message and completes the receive.
+  /// The receive side: `ctx` matched a notice from the rank in `e.data`
+  /// (in its buffer, or in its context when shorter: see the file comment);
+  /// reads the payload, answers with a finish message and completes the
+  /// receive.
   void complete_rendezvous_receive(completion_context* ctx, const detail::cq_event& e) noexcept {
     auto* buffer = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(ctx->transport_state[4]));
     const auto capacity = static_cast<std::size_t>(ctx->transport_state[5]);
     const int source = static_cast<int>((e.data & ~detail::rendezvous_flag) >> 40);
     const std::uint64_t cookie = e.data & detail::rendezvous_cookie_mask;
-    if (source < 0 || source >= world_size_ || !peer_tables_[static_cast<std::size_t>(source)].pid) {
+    if (source < 0 || source >= world_size_ || !peer_pids_[static_cast<std::size_t>(source)]) {
       finish(ctx, completion{make_error_code(errc::invalid_argument), 0, e.tag, source});
       return;
     }
-    const auto& peer = peer_tables_[static_cast<std::size_t>(source)];
+    const pid_t pid = peer_pids_[static_cast<std::size_t>(source)];
+    detail::rendezvous_notice notice;
+    std::memcpy(&notice, received_at(ctx), sizeof notice);  // the payload overwrites it
     auto read_from = [&](void* to, std::uint64_t address, std::size_t bytes) -> std::error_code {
       std::size_t moved = 0;
       while (moved < bytes) {
         iovec local{static_cast<std::byte*>(to) + moved, bytes - moved};
         iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address + moved)), bytes - moved};
-        const ssize_t n = ::process_vm_readv(peer.pid, &local, 1, &remote, 1, 0);
+        const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
         if (n > 0) {
           moved += static_cast<std::size_t>(n);
           continue;
@@ -525,22 +530,21 @@ class fabric_endpoint final : public endpoint, private node_memory {
       }
       return {};
     };
-    detail::rendezvous_record record;
-    const std::uint64_t slot_address =
-        peer.table + (static_cast<std::uint64_t>(rank_) * detail::rendezvous_slots + cookie % detail::rendezvous_slots) *
-                         sizeof(detail::rendezvous_record);
-    std::error_code ec = read_from(&record, slot_address, sizeof record);
-    if (!ec && record.cookie != cookie) ec = make_error_code(errc::invalid_argument);  // not what the notice named
-    std::size_t moved = 0;
-    if (!ec) {
-      moved = std::min<std::size_t>(record.length, capacity);
-      if (moved && !buffer) ec = make_error_code(errc::null_buffer);
-      if (!ec) ec = read_from(buffer, record.address, moved);
-      if (ec) moved = 0;
-      else if (record.length > capacity) ec = make_error_code(errc::collective_mismatch);  // truncated
-    }
+    std::size_t moved = std::min<std::size_t>(notice.length, capacity);
+    std::error_code ec;
+    if (moved && !buffer) ec = make_error_code(errc::null_buffer);
+    if (!ec) ec = read_from(buffer, notice.address, moved);
+    if (ec) moved = 0;
+    else if (notice.length > capacity) ec = make_error_code(errc::collective_mismatch);  // truncated
     send_finish(source, cookie, ec && ec != errc::collective_mismatch);
     finish(ctx, completion{ec, moved, e.tag, source});
+  }
+
+  /// Where receive `ctx`'s message landed: its buffer, or its context for a
+  /// receive shorter than a rendezvous notice (see start_recv).
+  static const void* received_at(const completion_context* ctx) noexcept {
+    if (ctx->transport_state[0] & detail::state_bounce) return &ctx->transport_state[6];
+    return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(ctx->transport_state[4]));
   }
 
   /// Wakes `peer` if it sleeps on its doorbell (after a post to it).
@@ -593,6 +597,15 @@ class fabric_endpoint final : public endpoint, private node_memory {
     ctx->transport_state[5] = length;
     detail::split_transfer* split = nullptr;
     std::size_t first = length;
+    void* into = buffer;
+    if (length < sizeof(detail::rendezvous_notice) && rendezvous_threshold_ != SIZE_MAX) {
+      // Room for a notice (see the file comment): the message lands in the
+      // context and is copied out on completion.
+      into = &ctx->transport_state[6];
+      first = sizeof(detail::rendezvous_notice);
+      descriptor = nullptr;
+      ctx->transport_state[0] |= detail::state_bounce;
+    }
     if (length >= chunk_ && cq_data_bits_ != 0) {
       split = new (std::nothrow) detail::split_transfer{};
       if (!split) return std::make_error_code(std::errc::not_enough_memory);
@@ -602,7 +615,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
       split->descriptor = descriptor;
       split->peer = peer;
     }
-    auto ec = first_post(again, [&] { return ::fi_trecv(ep_, buffer, first, descriptor, source, tag, ignore, ctx); });
+    auto ec = first_post(again, [&] { return ::fi_trecv(ep_, into, first, descriptor, source, tag, ignore, ctx); });
     if (ec == std::errc::not_enough_memory) {  // shm: its receive queue is full until receives complete
       ec = {};
       again = true;
@@ -1100,7 +1113,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   /// On shm, sets up what pdcoll adds to the provider, per peer: the
   /// single-copy rendezvous (see the file comment) and the doorbells that
   /// let an idle rank sleep (see wait()). Round one: every rank publishes
-  /// its pid, the address of a probe word and of its rendezvous table, and
+  /// its pid, the address of a probe word, and
   /// the name of its doorbell; every rank reads each peer's probe word with
   /// process_vm_readv (refused when ptrace rules, seccomp or a different
   /// user forbid it) and maps each peer's doorbell. Round two: every rank
@@ -1124,38 +1137,33 @@ class fabric_endpoint final : public endpoint, private node_memory {
     }
     // With FI_HMEM a buffer may be device memory that process_vm_readv cannot reach.
     const bool willing = threshold != 0 && !has_hmem_ && cq_data_bits_ >= 64;
-    if (willing) {
-      rendezvous_table_.assign(n * detail::rendezvous_slots, {});
-      rendezvous_busy_.assign(rendezvous_table_.size(), 0);
-    }
+    if (willing) rendezvous_busy_.assign(n * detail::rendezvous_slots, 0);
     own_bell_.create(opts_.use_wait_fd);
     const char* collectives_env = std::getenv("PDCOLL_SHM_COLLECTIVES");
     if (opts_.node_memory_bytes >= min_node_memory_bytes && !(collectives_env && std::string(collectives_env) == "0"))
       node_regions_.create(rank_, world_size_, opts_.node_memory_bytes);
     const std::string mine = std::to_string(::getpid()) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
-                             std::to_string(reinterpret_cast<std::uintptr_t>(rendezvous_table_.data())) + " " +
                              (own_bell_.name.empty() ? std::string("-") : own_bell_.name) + " " +
                              node_regions_.own_name();
     const auto probes = exchange(mine);
-    peer_tables_.assign(n, {});
+    peer_pids_.assign(n, 0);
     peer_bells_.clear();
     peer_bells_.resize(n);
     // Per peer: bit 0 its memory is readable, bit 1 its doorbell is mapped, bit 2 its node region is mapped.
     std::string verdict(n, '0');
     for (std::size_t p = 0; p < n && probes.size() == n; ++p) {
-      unsigned long long pid = 0, address = 0, table = 0;
+      unsigned long long pid = 0, address = 0;
       char bell[128] = {}, region[128] = {};
-      if (std::sscanf(probes[p].c_str(), "%llu %llu %llu %127s %127s", &pid, &address, &table, bell, region) != 5)
-        continue;
+      if (std::sscanf(probes[p].c_str(), "%llu %llu %127s %127s", &pid, &address, bell, region) != 4) continue;
       int bits = 0;
       std::uint64_t word = 0;
       iovec local{&word, sizeof word};
       iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), sizeof word};
-      if (willing && table && ::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof word &&
+      if (willing && ::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof word &&
           word == probe_value) {
         bits |= 1;
-        peer_tables_[p] = {static_cast<pid_t>(pid), table};
+        peer_pids_[p] = static_cast<pid_t>(pid);
       }
       if (static_cast<int>(p) == rank_ ? own_bell_.words != nullptr : peer_bells_[p].open(bell)) bits |= 2;
       if (node_regions_.open(static_cast<int>(p), region)) bits |= 4;
@@ -1330,9 +1338,20 @@ class fabric_endpoint final : public endpoint, private node_memory {
                              posted_peer(ctx)});
       return 1;
     }
-    if (receive && !e.error && e.length == 0 && (e.flags & FI_REMOTE_CQ_DATA) &&
+    if (receive && !e.error && e.length == sizeof(detail::rendezvous_notice) && (e.flags & FI_REMOTE_CQ_DATA) &&
         (e.data & detail::rendezvous_flag)) {
       complete_rendezvous_receive(ctx, e);
+      return 1;
+    }
+    if (receive && !e.error && (ctx->transport_state[0] & detail::state_bounce)) {
+      // A short receive's message, from its context into its buffer; one
+      // longer than the buffer (but not than the bounce) is truncated here.
+      const auto capacity = static_cast<std::size_t>(ctx->transport_state[5]);
+      const std::size_t moved = std::min(e.length, capacity);
+      if (moved) std::memcpy(reinterpret_cast<void*>(static_cast<std::uintptr_t>(ctx->transport_state[4])),
+                             received_at(ctx), moved);
+      const std::error_code ec = e.length > capacity ? make_error_code(errc::collective_mismatch) : std::error_code{};
+      finish(ctx, completion{ec, moved, e.tag, source_of(e, ctx)});
       return 1;
     }
     if (e.error) {
@@ -1486,13 +1505,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
   volatile std::uint64_t probe_word_ = probe_value;
   std::size_t rendezvous_threshold_ = SIZE_MAX;  // SIZE_MAX: no rendezvous
   std::vector<char> rendezvous_peers_;           // peer p reads this rank's sends
-  std::vector<detail::rendezvous_record> rendezvous_table_;  // [peer * rendezvous_slots + slot], read by peers
-  std::vector<char> rendezvous_busy_;                        // slot in use by a send in flight
-  struct peer_table {
-    pid_t pid = 0;            // 0: this rank cannot read the peer
-    std::uint64_t table = 0;  // address of the peer's rendezvous_table_ in its memory
-  };
-  std::vector<peer_table> peer_tables_;
+  std::vector<char> rendezvous_busy_;            // [peer * rendezvous_slots + slot]: a send in flight
+  std::vector<pid_t> peer_pids_;                 // 0: this rank cannot read the peer
   std::uint64_t doorbell_wakeups_ = 0;
   detail::doorbell own_bell_;                 // shm: this rank sleeps on it (mapped only if every peer can ring)
   std::vector<detail::doorbell> peer_bells_;  // shm: rung after posting to a peer
