@@ -256,69 +256,82 @@ TEST_CASE("truncation is collective_mismatch and a cancelled receive completes o
 }
 
 TEST_CASE("large messages take the single-copy rendezvous on shm, intact from any peer") {
-  auto outcomes = pdcoll::test::run_ranks(3, [](int rank, int size, const address_exchange& ex) {
-    rank_checks check{rank};
-    auto ep = fabric::make_endpoint(rank, size, ex);
-    auto& fep = static_cast<fabric::fabric_endpoint&>(*ep);
-    const bool shm = fep.provider() == "shm";
-    const std::size_t threshold = fep.rendezvous_threshold();
-    if (shm) {
-      check(threshold == fep.info()->tx_attr->inject_size + 1, "rendezvous above the inject size on shm");
-      for (int p = 0; p < size; ++p) check(fep.rendezvous_with(p), "rendezvous with every peer");
-    } else {
-      check(threshold == SIZE_MAX && !fep.rendezvous_with(1 - rank % 2), "no rendezvous off shm");
-    }
-    // Ranks 1 and 2 send rank 0 messages around the threshold and 1 MiB (tag
-    // 10 + size index); rank 0 takes them with any_peer receives and checks
-    // source, size and bytes.
-    const std::vector<std::size_t> sizes = {4096, 4097, std::size_t{16} << 10, std::size_t{1} << 20};
-    if (rank == 0) {
-      for (std::size_t k = 0; k < 2 * sizes.size(); ++k) {
-        const std::size_t s = sizes[k / 2];
-        {
-          std::vector<unsigned char> in(s + 64, 0);
-          recorded_op op;
-          check(!ep->post_recv(any_peer, in.data(), in.size(), 10 + k / 2, 0, nullptr, &op), "post any_peer recv");
-          check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "any_peer receive completed");
-          const int from = op.result.peer;
-          check(!op.result.error && op.result.bytes == s && (from == 1 || from == 2),
-                "size " + std::to_string(s) + " from rank " + std::to_string(from));
-          bool intact = true;
-          for (std::size_t i = 0; i < s && intact && from > 0; ++i)
-            intact = in[i] == byte_at(i, static_cast<unsigned>(s) + static_cast<unsigned>(from));
-          check(intact, "bytes of " + std::to_string(s) + " from rank " + std::to_string(from));
+  // With doorbells the receiver answers in the sender's finish words; without
+  // them (use_wait_fd off) with finish messages.
+  for (const bool doorbells : {true, false}) {
+    CAPTURE(doorbells);
+    auto outcomes = pdcoll::test::run_ranks(3, [doorbells](int rank, int size, const address_exchange& ex) {
+      rank_checks check{rank};
+      fabric::options opts;
+      opts.use_wait_fd = doorbells;
+      auto ep = fabric::make_endpoint(rank, size, ex, opts);
+      auto& fep = static_cast<fabric::fabric_endpoint&>(*ep);
+      const bool shm = fep.provider() == "shm";
+      check(fep.has_doorbell() == (shm && doorbells), "a doorbell on shm when asked for");
+      const std::size_t threshold = fep.rendezvous_threshold();
+      if (shm) {
+        check(threshold == fep.info()->tx_attr->inject_size + 1, "rendezvous above the inject size on shm");
+        for (int p = 0; p < size; ++p) check(fep.rendezvous_with(p), "rendezvous with every peer");
+      } else {
+        check(threshold == SIZE_MAX && !fep.rendezvous_with(1 - rank % 2), "no rendezvous off shm");
+      }
+      // Ranks 1 and 2 send rank 0 messages around the threshold and 1 MiB (tag
+      // 10 + size index); rank 0 takes them with any_peer receives and checks
+      // source, size and bytes.
+      const std::vector<std::size_t> sizes = {4096, 4097, std::size_t{16} << 10, std::size_t{1} << 20};
+      if (rank == 0) {
+        for (std::size_t k = 0; k < 2 * sizes.size(); ++k) {
+          const std::size_t s = sizes[k / 2];
+          {
+            std::vector<unsigned char> in(s + 64, 0);
+            recorded_op op;
+            check(!ep->post_recv(any_peer, in.data(), in.size(), 10 + k / 2, 0, nullptr, &op), "post any_peer recv");
+            check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "any_peer receive completed");
+            const int from = op.result.peer;
+            check(!op.result.error && op.result.bytes == s && (from == 1 || from == 2),
+                  "size " + std::to_string(s) + " from rank " + std::to_string(from));
+            bool intact = true;
+            for (std::size_t i = 0; i < s && intact && from > 0; ++i)
+              intact = in[i] == byte_at(i, static_cast<unsigned>(s) + static_cast<unsigned>(from));
+            check(intact, "bytes of " + std::to_string(s) + " from rank " + std::to_string(from));
+          }
         }
-      }
-      // A message that does not fit: the receive and the send both fail.
-      unsigned char tiny[8];
-      recorded_op op;
-      check(!ep->post_recv(1, tiny, sizeof tiny, 6, 0, nullptr, &op), "post tiny recv");
-      check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "tiny receive completed");
-      check(op.result.error == pdcoll::errc::collective_mismatch, "tiny receive truncated");
-    } else {
-      for (std::size_t k = 0; k < sizes.size(); ++k) {
-        const std::size_t s = sizes[k];
-        std::vector<unsigned char> out(s);
-        for (std::size_t i = 0; i < s; ++i) out[i] = byte_at(i, static_cast<unsigned>(s) + static_cast<unsigned>(rank));
+        // A message that does not fit: the receive and the send both fail.
+        unsigned char tiny[8];
         recorded_op op;
-        check(!ep->post_send(0, out.data(), s, 10 + k, nullptr, &op), "post send");
-        check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "send completed");
-        check(!op.result.error && op.result.bytes == s, "send of " + std::to_string(s) + " ok");
+        check(!ep->post_recv(1, tiny, sizeof tiny, 6, 0, nullptr, &op), "post tiny recv");
+        check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "tiny receive completed");
+        check(op.result.error == pdcoll::errc::collective_mismatch, "tiny receive truncated");
+      } else {
+        for (std::size_t k = 0; k < sizes.size(); ++k) {
+          const std::size_t s = sizes[k];
+          std::vector<unsigned char> out(s);
+          for (std::size_t i = 0; i < s; ++i) out[i] = byte_at(i, static_cast<unsigned>(s) + static_cast<unsigned>(rank));
+          recorded_op op;
+          check(!ep->post_send(0, out.data(), s, 10 + k, nullptr, &op), "post send");
+          check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "send completed");
+          check(!op.result.error && op.result.bytes == s, "send of " + std::to_string(s) + " ok");
+        }
+        if (rank == 1) {
+          std::vector<unsigned char> big(std::size_t{64} << 10, 9);
+          recorded_op op;
+          check(!ep->post_send(0, big.data(), big.size(), 6, nullptr, &op), "post big send");
+          check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "big send completed");
+          // shm: the receiver's answer completes the send (the receiver took
+          // what fit); tcp: the provider's own send completion.
+          if (shm) check(!op.result.error, "truncated rendezvous send completed");
+        }
+        // Every send from 4097 bytes on took the rendezvous; on shm with
+        // doorbells each was answered in its finish word.
+        const std::uint64_t rendezvous_sends = 3 + (rank == 1 ? 1 : 0);
+        check(fep.finish_words_collected() == (shm && doorbells ? rendezvous_sends : 0),
+              "finish words collected: " + std::to_string(fep.finish_words_collected()));
       }
-      if (rank == 1) {
-        std::vector<unsigned char> big(std::size_t{64} << 10, 9);
-        recorded_op op;
-        check(!ep->post_send(0, big.data(), big.size(), 6, nullptr, &op), "post big send");
-        check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "big send completed");
-        // shm: the receiver's answer completes the send (the receiver took
-        // what fit); tcp: the provider's own send completion.
-        if (shm) check(!op.result.error, "truncated rendezvous send completed");
-      }
-    }
-    ex("done");
-    return check.failures ? 1 : 0;
-  });
-  require_all_ok(outcomes);
+      ex("done");
+      return check.failures ? 1 : 0;
+    });
+    require_all_ok(outcomes);
+  }
 }
 
 TEST_CASE("sends beyond the provider's queue are queued, not blocked on, and arrive in order") {

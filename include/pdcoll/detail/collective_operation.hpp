@@ -811,20 +811,21 @@ class collective_op_base : public collective_context, public operation_base {
     return layout.blocks * bytes;
   }
 
-  // Starts chunks on idle slots until every chunk has run, then finishes.
+  // Starts chunks in order, chunk k on slot k % slot_count_ once that slot is
+  // idle, until every chunk has run, then finishes. The slot of a chunk is
+  // the same on every rank: its message indices must be (staging.hpp), and
+  // handing the next chunk to whichever slot went idle first let two ranks
+  // run one chunk on different slots, and match one chunk's messages to
+  // another's receives, when their transfers completed in different orders.
   // Re-entrant calls (a chunk that completes while being started) only mark
   // their slot idle; the outermost call keeps going. Under the lock.
   void pump_staged() noexcept {
     if (pumping_) return;
     pumping_ = true;
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (std::size_t i = 0; i < slot_count_; ++i) {
-        auto& c = slots_[i];
-        if (c.busy || staged_error_ || cancelled_ || next_chunk_ == chunks_) continue;
-        progress = true;
-        start_chunk(c);
-      }
+    while (!staged_error_ && !cancelled_ && next_chunk_ != chunks_) {
+      auto& c = slots_[next_chunk_ % slot_count_];
+      if (c.busy) break;
+      start_chunk(c);
     }
     pumping_ = false;
     for (std::size_t i = 0; i < slot_count_; ++i)

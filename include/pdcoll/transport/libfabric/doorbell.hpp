@@ -11,11 +11,17 @@
 // fence and, when someone sleeps, bumps `ring` and wakes it. The fence on
 // one side and the read-modify-write on the other make sure that either the
 // sleeper sees the message in its re-check or the poster sees the sleeper.
+//
+// The mapping also holds the owner's rendezvous finish words (a cache line
+// after the futex words): a peer that has read one of the owner's
+// rendezvous payloads stores its answer there and rings, instead of sending
+// a finish message (see endpoint.hpp's file comment).
 #pragma once
 
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -35,6 +42,10 @@ struct doorbell_words {
   std::atomic<std::uint32_t> sleepers{0};  ///< non-zero while the owner sleeps (or is about to)
 };
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "doorbells need lock-free 32-bit atomics");
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "finish words need lock-free 64-bit atomics");
+
+/// Where the finish words start in a doorbell's mapping.
+inline constexpr std::size_t finish_words_offset = 64;
 
 /// A mapping of a doorbell: this rank's own (create) or a peer's (open).
 class doorbell {
@@ -43,13 +54,17 @@ class doorbell {
   doorbell(const doorbell&) = delete;
   doorbell& operator=(const doorbell&) = delete;
   doorbell(doorbell&& o) noexcept
-      : words(std::exchange(o.words, nullptr)), name(std::move(o.name)), linked_(std::exchange(o.linked_, false)) {}
+      : words(std::exchange(o.words, nullptr)),
+        name(std::move(o.name)),
+        mapped_bytes_(std::exchange(o.mapped_bytes_, 0)),
+        linked_(std::exchange(o.linked_, false)) {}
   doorbell& operator=(doorbell&& o) noexcept {
     if (this != &o) {
       close();
       unlink();
       words = std::exchange(o.words, nullptr);
       name = std::move(o.name);
+      mapped_bytes_ = std::exchange(o.mapped_bytes_, 0);
       linked_ = std::exchange(o.linked_, false);
     }
     return *this;
@@ -59,9 +74,10 @@ class doorbell {
     unlink();
   }
 
-  /// Creates and maps this rank's doorbell under a fresh name (when
-  /// `enabled`); on failure the doorbell stays unmapped and `name` empty.
-  void create(bool enabled) noexcept {
+  /// Creates and maps this rank's doorbell, with `finish_words` finish words,
+  /// under a fresh name (when `enabled`); on failure the doorbell stays
+  /// unmapped and `name` empty.
+  void create(bool enabled, std::size_t finish_words) noexcept {
     if (!enabled) return;
     static std::atomic<unsigned> counter{0};
     std::string n = "/pdcoll-bell." + std::to_string(::getpid()) + "." + std::to_string(counter++);
@@ -69,17 +85,21 @@ class doorbell {
     if (fd < 0) return;
     name = std::move(n);
     linked_ = true;
-    if (::ftruncate(fd, sizeof(doorbell_words)) == 0) map(fd);
+    const std::size_t bytes = finish_words_offset + finish_words * sizeof(std::uint64_t);
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) map(fd, bytes);
     ::close(fd);
     if (!words) unlink();
   }
 
-  /// Maps a peer's doorbell by name ("-": it has none). True on success.
-  bool open(const char* peer_name) noexcept {
+  /// Maps a peer's doorbell by name ("-": it has none), created with
+  /// `finish_words` finish words. True on success.
+  bool open(const char* peer_name, std::size_t finish_words) noexcept {
     if (!peer_name || peer_name[0] != '/') return false;
     const int fd = ::shm_open(peer_name, O_RDWR, 0);
     if (fd < 0) return false;
-    map(fd);
+    const std::size_t bytes = finish_words_offset + finish_words * sizeof(std::uint64_t);
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= bytes) map(fd, bytes);
     ::close(fd);
     return words != nullptr;
   }
@@ -92,8 +112,15 @@ class doorbell {
 
   /// Unmaps it.
   void close() noexcept {
-    if (words) ::munmap(words, sizeof(doorbell_words));
+    if (words) ::munmap(words, mapped_bytes_);
     words = nullptr;
+    mapped_bytes_ = 0;
+  }
+
+  /// Finish word `i` (of those the owner created it with).
+  std::atomic<std::uint64_t>& finish_word(std::size_t i) const noexcept {
+    return reinterpret_cast<std::atomic<std::uint64_t>*>(reinterpret_cast<unsigned char*>(words) +
+                                                         finish_words_offset)[i];
   }
 
   /// After a post to the owner: wakes it if it sleeps.
@@ -132,11 +159,14 @@ class doorbell {
   std::string name;                 ///< the shm name (own doorbell)
 
  private:
-  void map(int fd) noexcept {
-    void* at = ::mmap(nullptr, sizeof(doorbell_words), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (at != MAP_FAILED) words = static_cast<doorbell_words*>(at);
+  void map(int fd, std::size_t bytes) noexcept {
+    void* at = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (at == MAP_FAILED) return;
+    words = static_cast<doorbell_words*>(at);
+    mapped_bytes_ = bytes;
   }
 
+  std::size_t mapped_bytes_ = 0;
   bool linked_ = false;
 };
 

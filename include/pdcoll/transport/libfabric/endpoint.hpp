@@ -32,9 +32,13 @@
 // data rendezvous_flag | sender rank << 40 | cookie. The receive the notice
 // matches reads the payload with one process_vm_readv straight from the
 // sender's memory into the receive buffer, outside every libfabric lock, and
-// answers with a zero-byte finish message on tag reserved_tag_bits |
-// finish_bit | [finish_failed_bit] | cookie. The send completes when the
-// finish arrives (its buffer is no longer read). A receive shorter than a
+// answers: where it mapped the sender's doorbell (doorbell.hpp), by storing
+// cookie << 2 | 2 | failed into the sender's finish word (receiver,
+// cookie % rendezvous_slots) there and ringing it; otherwise with a
+// zero-byte finish message on tag reserved_tag_bits | finish_bit |
+// [finish_failed_bit] | cookie. The send completes when its answer arrives
+// (its buffer is no longer read); progress() and wait() look at the finish
+// words of the sends that wait for one. A receive shorter than a
 // notice takes it into its context instead (transport_state[6..7]; shm
 // drops the CQ data of a truncated message, and the sender would never hear
 // back), so a too-small receive is reported to both sides. A rendezvous send
@@ -382,7 +386,9 @@ class fabric_endpoint final : public endpoint, private node_memory {
   /// Posts waiting in that queue now.
   std::size_t deferred_now() const noexcept { return deferred_[0].size() + deferred_[1].size(); }
   /// Whether wait() sleeps on a doorbell that peers ring (shm).
-  bool has_doorbell() const noexcept { return own_bell_.words != nullptr; }
+  bool has_doorbell() const noexcept { return sleeps_on_bell_; }
+  /// Rendezvous sends completed by an answer in their finish word (not a message).
+  std::uint64_t finish_words_collected() const noexcept { return finish_words_collected_; }
   /// Sleeps on the doorbell that a peer's ring ended.
   std::uint64_t doorbell_wakeups() const noexcept { return doorbell_wakeups_; }
   /// Smallest send that takes the single-copy rendezvous (SIZE_MAX: none do).
@@ -464,10 +470,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
     return {};
   }
 
-  /// The send side of the single-copy rendezvous: posts the notice, then the
-  /// receive for the finish message with the caller's context. Returns
-  /// false (nothing posted) when the cookie's slot is busy; `again` when
-  /// the notice met -FI_EAGAIN (nothing posted either).
+  /// The send side of the single-copy rendezvous: posts the notice, then
+  /// waits for the answer in its finish word, or posts the receive for the
+  /// finish message with the caller's context (see the file comment).
+  /// Returns false (nothing posted) when the cookie's slot is busy; `again`
+  /// when the notice met -FI_EAGAIN (nothing posted either).
   bool post_rendezvous_send(int peer, const std::byte* bytes, std::size_t length, std::uint64_t tag,
                             completion_context* ctx, std::error_code& ec, bool& again) noexcept {
     const std::uint64_t cookie = next_sequence(peer) & detail::rendezvous_cookie_mask;
@@ -481,6 +488,18 @@ class fabric_endpoint final : public endpoint, private node_memory {
     if (ec || again) return true;  // nothing went out
     ring(peer);
     rendezvous_busy_[slot] = 1;
+    ctx->transport_state[1] = length;
+    ctx->transport_state[4] = slot;
+    if (finish_by_word_[static_cast<std::size_t>(peer)]) {
+      ctx->transport_state[0] |= detail::state_rendezvous;
+      ctx->transport_state[5] = cookie;
+      rendezvous_senders_[slot] = ctx;
+      try {
+        awaiting_finish_words_.push_back(static_cast<std::uint32_t>(slot));
+      } catch (...) {  // unreachable in practice: reserved for every slot at setup
+      }
+      return true;
+    }
     // A finish that arrives before this receive waits in the provider's
     // unexpected queue.
     ec = retry_post(peer, [&] {
@@ -491,9 +510,40 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // the send failed, and the slot stays busy for good.
     if (ec) return true;
     ctx->transport_state[0] |= detail::state_rendezvous;
-    ctx->transport_state[1] = length;
-    ctx->transport_state[4] = slot;
     return true;
+  }
+
+  /// Completes the rendezvous sends whose finish word holds their answer
+  /// (see the file comment); returns how many.
+  std::size_t collect_finish_words() noexcept {
+    std::size_t done = 0;
+    for (std::size_t i = 0; i < awaiting_finish_words_.size();) {
+      const std::uint32_t slot = awaiting_finish_words_[i];
+      completion_context* ctx = rendezvous_senders_[slot];
+      const std::uint64_t word = own_bell_.finish_word(slot).load(std::memory_order_acquire);
+      if ((word >> 2) != ctx->transport_state[5] || !(word & 2)) {
+        ++i;
+        continue;
+      }
+      awaiting_finish_words_[i] = awaiting_finish_words_.back();
+      awaiting_finish_words_.pop_back();
+      rendezvous_senders_[slot] = nullptr;
+      rendezvous_busy_[slot] = 0;
+      const std::error_code ec = (word & 1) ? make_error_code(errc::peer_lost) : std::error_code{};
+      finish(ctx, completion{ec, ec ? 0 : static_cast<std::size_t>(ctx->transport_state[1]), 0, posted_peer(ctx)});
+      ++done;
+      ++finish_words_collected_;
+    }
+    return done;
+  }
+
+  /// Whether some rendezvous send's finish word holds its answer.
+  bool finish_word_ready() const noexcept {
+    for (const std::uint32_t slot : awaiting_finish_words_) {
+      const std::uint64_t word = own_bell_.finish_word(slot).load(std::memory_order_acquire);
+      if ((word >> 2) == rendezvous_senders_[slot]->transport_state[5] && (word & 2)) return true;
+    }
+    return false;
   }
 
   /// The receive side: `ctx` matched a notice from the rank in `e.data`
@@ -557,9 +607,19 @@ class fabric_endpoint final : public endpoint, private node_memory {
   std::size_t region_bytes() const noexcept override { return node_regions_.bytes(); }
   void wake(int rank) noexcept override { ring(rank); }
 
-  /// Answers a rendezvous notice (zero bytes, injected: no completion). A
-  /// failed post leaves the sender to its deadline or the communicator's abort.
+  /// Answers a rendezvous notice: in the sender's finish word where this
+  /// rank mapped its doorbell, else with a finish message (zero bytes,
+  /// injected: no completion). A failed post leaves the sender to its
+  /// deadline or the communicator's abort.
   void send_finish(int peer, std::uint64_t cookie, bool failed) noexcept {
+    auto& bell = peer == rank_ ? own_bell_ : peer_bells_[static_cast<std::size_t>(peer)];
+    if (bell.words) {  // the sender knows this rank mapped it (setup_shm_peers)
+      const std::size_t word = static_cast<std::size_t>(rank_) * detail::rendezvous_slots +
+                               static_cast<std::size_t>(cookie % detail::rendezvous_slots);
+      bell.finish_word(word).store(cookie << 2 | 2 | (failed ? 1 : 0), std::memory_order_release);
+      bell.ring_if_sleeping();
+      return;
+    }
     if (!ep_ || abandoned_) return;
     const std::uint64_t tag =
         reserved_tag_bits | detail::finish_bit | (failed ? detail::finish_failed_bit : 0) | cookie;
@@ -766,6 +826,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     if (!ep_ || abandoned_) {
       deferred_[0].clear();
       deferred_[1].clear();
+      awaiting_finish_words_.clear();  // their sends end below, with the rest
       while (auto* ctx = outstanding_head_) {
         finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, posted_peer(ctx)});
         ++ran;
@@ -783,6 +844,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
       for (std::size_t i = 0; i < n; ++i) ran += dispatch(batch[i]);
       if (n < 16) break;
     }
+    if (!awaiting_finish_words_.empty()) ran += collect_finish_words();
     ran += flush_deferred();
     if (ran) idle_rounds_ = 0;
     return ran;
@@ -797,7 +859,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   /// outnumber cores do not burn them.
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     using namespace std::chrono;
-    if (!stash_.empty() || !ep_ || abandoned_ || condition_ready()) return;
+    if (!stash_.empty() || !ep_ || abandoned_ || condition_ready() || finish_word_ready()) return;
     if (!deferred_[0].empty()) {  // sends wait for room at a peer: back to progress() soon
       ::sched_yield();
       return;
@@ -818,18 +880,19 @@ class fabric_endpoint final : public endpoint, private node_memory {
       }
       // Any other fi_trywait failure: fall back to polling below.
     }
-    if (own_bell_.words) {  // shm: poll briefly, then sleep until a peer rings (doorbell.hpp)
+    if (sleeps_on_bell_) {  // shm: poll briefly, then sleep until a peer rings (doorbell.hpp)
       if (poll_briefly(deadline)) return;
       const auto left = deadline - steady_clock::now();
       if (left <= nanoseconds::zero()) return;
       // The bound only matters should an event come without a ring.
       const auto how =
-          own_bell_.sleep([&] { return stash_cq() > 0 || condition_ready(); }, duration_cast<nanoseconds>(std::min<nanoseconds>(left, milliseconds(1))));
+          own_bell_.sleep([&] { return stash_cq() > 0 || condition_ready() || finish_word_ready(); },
+                          duration_cast<nanoseconds>(std::min<nanoseconds>(left, milliseconds(1))));
       if (how == detail::doorbell::woken::rung) ++doorbell_wakeups_;
       return;
     }
     while (steady_clock::now() < deadline) {
-      if (stash_cq() > 0 || condition_ready()) {
+      if (stash_cq() > 0 || condition_ready() || finish_word_ready()) {
         idle_rounds_ = 0;
         return;
       }
@@ -851,7 +914,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   bool poll_briefly(std::chrono::steady_clock::time_point deadline) noexcept {
     const auto until = std::min(deadline, std::chrono::steady_clock::now() + opts_.poll_before_sleep);
     do {
-      if (stash_cq() > 0 || condition_ready()) return true;
+      if (stash_cq() > 0 || condition_ready() || finish_word_ready()) return true;
       ::sched_yield();
     } while (std::chrono::steady_clock::now() < until);
     return false;
@@ -1137,8 +1200,16 @@ class fabric_endpoint final : public endpoint, private node_memory {
     }
     // With FI_HMEM a buffer may be device memory that process_vm_readv cannot reach.
     const bool willing = threshold != 0 && !has_hmem_ && cq_data_bits_ >= 64;
-    if (willing) rendezvous_busy_.assign(n * detail::rendezvous_slots, 0);
-    own_bell_.create(opts_.use_wait_fd);
+    if (willing) {
+      rendezvous_busy_.assign(n * detail::rendezvous_slots, 0);
+      rendezvous_senders_.assign(rendezvous_busy_.size(), nullptr);
+      awaiting_finish_words_.reserve(rendezvous_busy_.size());
+    }
+    finish_by_word_.assign(n, 0);
+    // Every shm rank's doorbell holds the same number of finish words, so
+    // peers can map it whatever their own options.
+    const std::size_t finish_words = n * detail::rendezvous_slots;
+    own_bell_.create(opts_.use_wait_fd, finish_words);
     const char* collectives_env = std::getenv("PDCOLL_SHM_COLLECTIVES");
     if (opts_.node_memory_bytes >= min_node_memory_bytes && !(collectives_env && std::string(collectives_env) == "0"))
       node_regions_.create(rank_, world_size_, opts_.node_memory_bytes);
@@ -1165,7 +1236,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
         bits |= 1;
         peer_pids_[p] = static_cast<pid_t>(pid);
       }
-      if (static_cast<int>(p) == rank_ ? own_bell_.words != nullptr : peer_bells_[p].open(bell)) bits |= 2;
+      if (static_cast<int>(p) == rank_ ? own_bell_.words != nullptr : peer_bells_[p].open(bell, finish_words))
+        bits |= 2;
       if (node_regions_.open(static_cast<int>(p), region)) bits |= 4;
       verdict[p] = static_cast<char>('0' + bits);
     }
@@ -1184,11 +1256,16 @@ class fabric_endpoint final : public endpoint, private node_memory {
       const auto& v = verdicts.size() == n ? verdicts[p] : std::string();
       const int bits = v.size() == n ? v[static_cast<std::size_t>(rank_)] - '0' : 0;
       rendezvous_peers_[p] = willing && (bits & 1);
+      // p answers this rank's rendezvous sends in their finish words when it
+      // mapped this rank's doorbell (and reads this rank at all).
+      finish_by_word_[p] = rendezvous_peers_[p] && own_bell_.words && (bits & 2);
       any = any || rendezvous_peers_[p];
       all_ring = all_ring && (bits & 2);
     }
     if (any) rendezvous_threshold_ = threshold;
-    if (!all_ring) own_bell_.close();  // some peer cannot ring it: wait() backs off instead
+    // Some peer cannot ring it: wait() backs off instead (the mapping stays,
+    // for the finish words of the peers that did map it).
+    sleeps_on_bell_ = all_ring;
   }
 
   void close_objects() noexcept {
@@ -1506,6 +1583,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
   std::size_t rendezvous_threshold_ = SIZE_MAX;  // SIZE_MAX: no rendezvous
   std::vector<char> rendezvous_peers_;           // peer p reads this rank's sends
   std::vector<char> rendezvous_busy_;            // [peer * rendezvous_slots + slot]: a send in flight
+  std::vector<completion_context*> rendezvous_senders_;  // same index: the send awaiting its finish word
+  std::vector<std::uint32_t> awaiting_finish_words_;     // the slots whose send awaits its finish word
+  std::vector<char> finish_by_word_;                     // peer p answers in finish words (see the file comment)
+  bool sleeps_on_bell_ = false;                          // every peer can ring own_bell_: wait() sleeps on it
+  std::uint64_t finish_words_collected_ = 0;
   std::vector<pid_t> peer_pids_;                 // 0: this rank cannot read the peer
   std::uint64_t doorbell_wakeups_ = 0;
   detail::doorbell own_bell_;                 // shm: this rank sleeps on it (mapped only if every peer can ring)
