@@ -141,6 +141,9 @@ class doorbell {
   template <class Ready>
   woken sleep(Ready&& ready, std::chrono::nanoseconds timeout) noexcept {
     words->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    // Orders the announcement before ready()'s loads (the peers' side:
+    // ring_if_sleeping's fence after their stores).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     const std::uint32_t seen = words->ring.load(std::memory_order_seq_cst);
     woken how = woken::ready;
     if (!ready()) {

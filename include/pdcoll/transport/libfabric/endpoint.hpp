@@ -25,9 +25,9 @@
 // it holds its own region's spin lock, and a peer posting a send to that
 // region spins on the lock meanwhile, so the two ranks of a ring exchange
 // copy one at a time; it also stalls on large messages that arrive before
-// their receive (ofiwg/libfabric#9143). So on shm (when every rank's CMA
-// probe succeeded, see setup_shm_peers) a message of at least
-// options.rendezvous_threshold bytes goes out as a 16-byte notice {address,
+// their receive (ofiwg/libfabric#9143). So on shm, to a peer whose CMA
+// probe of this rank succeeded (see setup_shm_peers), a message of at least
+// options.rendezvous_threshold bytes (never fewer than a notice's 16) goes out as a 16-byte notice {address,
 // length} (rendezvous_notice, injected) on the caller's tag with remote CQ
 // data rendezvous_flag | sender rank << 40 | cookie. The receive the notice
 // matches reads the payload with one process_vm_readv straight from the
@@ -38,10 +38,11 @@
 // zero-byte finish message on tag reserved_tag_bits | finish_bit |
 // [finish_failed_bit] | cookie. The send completes when its answer arrives
 // (its buffer is no longer read); progress() and wait() look at the finish
-// words of the sends that wait for one. A receive shorter than a
-// notice takes it into its context instead (transport_state[6..7]; shm
-// drops the CQ data of a truncated message, and the sender would never hear
-// back), so a too-small receive is reported to both sides. A rendezvous send
+// words of the sends that wait for one. On a rank that may receive notices
+// (it can read some peer), a receive shorter than a notice takes it into its
+// context instead (transport_state[6..7]; shm drops the CQ data of a
+// truncated message, and the sender would never hear back), so a too-small
+// receive is reported to both sides. A rendezvous send
 // is not cancelled, as the receiver may be reading it; close() still ends
 // it. The cookie's slot (receiver, cookie % rendezvous_slots) marks the send
 // in flight; a send whose slot is still busy takes the provider's path.
@@ -222,7 +223,7 @@ inline constexpr std::uint64_t state_outstanding = 1u << 0;
 inline constexpr std::uint64_t state_receive = 1u << 1;
 inline constexpr std::uint64_t state_cancel_requested = 1u << 2;
 inline constexpr std::uint64_t state_split = 1u << 3;  // transport_state[1] holds a split_transfer*
-inline constexpr std::uint64_t state_rendezvous = 1u << 4;  // a send waiting for its finish message
+inline constexpr std::uint64_t state_rendezvous = 1u << 4;  // a send waiting for its answer (finish message or word)
 inline constexpr std::uint64_t state_deferred = 1u << 5;    // queued after -FI_EAGAIN, not yet with the provider
 inline constexpr std::uint64_t state_bounce = 1u << 6;      // a short receive posted into transport_state[6..7]
 
@@ -365,6 +366,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // the remaining operations can be ended here without a late CQ entry.
     detail::close_fid(ep_ ? &ep_->fid : nullptr);
     ep_ = nullptr;
+    awaiting_finish_words_.clear();  // their sends end below, with the rest
     while (auto* ctx = outstanding_head_) {
       finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, -1});
     }
@@ -548,7 +550,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
 
   /// The receive side: `ctx` matched a notice from the rank in `e.data`
   /// (in its buffer, or in its context when shorter: see the file comment);
-  /// reads the payload, answers with a finish message and completes the
+  /// reads the payload, answers (send_finish) and completes the
   /// receive.
   void complete_rendezvous_receive(completion_context* ctx, const detail::cq_event& e) noexcept {
     auto* buffer = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(ctx->transport_state[4]));
@@ -658,7 +660,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     detail::split_transfer* split = nullptr;
     std::size_t first = length;
     void* into = buffer;
-    if (length < sizeof(detail::rendezvous_notice) && rendezvous_threshold_ != SIZE_MAX) {
+    if (length < sizeof(detail::rendezvous_notice) && receives_notices_ && length < chunk_) {
       // Room for a notice (see the file comment): the message lands in the
       // context and is copied out on completion.
       into = &ctx->transport_state[6];
@@ -864,7 +866,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
       ::sched_yield();
       return;
     }
-    if (wait_fd_ >= 0) {
+    if (wait_fd_ >= 0 && awaiting_finish_words_.empty()) {  // a finish word comes with no CQ event
       if (poll_briefly(deadline)) return;
       fid* cq_fid = &cq_->fid;
       const int rc = ::fi_trywait(fabric_, &cq_fid, 1);
@@ -1179,11 +1181,12 @@ class fabric_endpoint final : public endpoint, private node_memory {
   /// its pid, the address of a probe word, and
   /// the name of its doorbell; every rank reads each peer's probe word with
   /// process_vm_readv (refused when ptrace rules, seccomp or a different
-  /// user forbid it) and maps each peer's doorbell. Round two: every rank
-  /// publishes, per peer, whether both worked; a send to peer p uses the
-  /// rendezvous when p could read this rank, and this rank sleeps on its
-  /// doorbell only when every peer can ring it. Every shm rank takes both
-  /// rounds, whatever its options.
+  /// user forbid it) and maps each peer's doorbell and node region. Round
+  /// two: every rank publishes, per peer, which of the three worked; a send
+  /// to peer p uses the rendezvous when p could read this rank, p answers it
+  /// in a finish word when p also mapped this rank's doorbell, and this rank
+  /// sleeps on its doorbell only when every peer can ring it. Every shm rank
+  /// takes both rounds, whatever its options.
   void setup_shm_peers(const address_exchange& exchange) {
     const auto n = static_cast<std::size_t>(world_size_);
     rendezvous_peers_.assign(n, 0);
@@ -1198,6 +1201,9 @@ class fabric_endpoint final : public endpoint, private node_memory {
     } else if (const char* env = std::getenv("PDCOLL_SHM_RENDEZVOUS"); env && *env) {
       threshold = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
     }
+    // A notice lands in the receive buffer: a shorter message would leave
+    // part of it there.
+    if (threshold != 0) threshold = std::max(threshold, sizeof(detail::rendezvous_notice));
     // With FI_HMEM a buffer may be device memory that process_vm_readv cannot reach.
     const bool willing = threshold != 0 && !has_hmem_ && cq_data_bits_ >= 64;
     if (willing) {
@@ -1235,6 +1241,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
           word == probe_value) {
         bits |= 1;
         peer_pids_[p] = static_cast<pid_t>(pid);
+        receives_notices_ = true;
       }
       if (static_cast<int>(p) == rank_ ? own_bell_.words != nullptr : peer_bells_[p].open(bell, finish_words))
         bits |= 2;
@@ -1431,6 +1438,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
       finish(ctx, completion{ec, moved, e.tag, source_of(e, ctx)});
       return 1;
     }
+    if (e.error && receive && (ctx->transport_state[0] & detail::state_bounce)) {
+      // A message longer than the bounce: nothing was delivered to the buffer.
+      finish(ctx, completion{e.error, 0, e.tag, source_of(e, ctx)});
+      return 1;
+    }
     if (e.error) {
       // tcp;ofi_rxm ends the receives pending on a connection that broke
       // with FI_ECANCELED; nobody asked for that cancel, so say what it is.
@@ -1499,7 +1511,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   void request_cancel(completion_context* ctx) noexcept {
     ctx->transport_state[0] |= detail::state_cancel_requested;
     // The receiver may be reading a rendezvous send's buffer right now: only
-    // its finish message (or close()) ends it.
+    // its answer (or close()) ends it.
     if (ctx->transport_state[0] & (detail::state_rendezvous | detail::state_deferred)) return;  // deferred: flush_deferred ends it
     // fi_cancel(3): the operation completes with FI_ECANCELED if it was still
     // queued; otherwise its normal completion stands.
@@ -1587,10 +1599,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
   std::vector<std::uint32_t> awaiting_finish_words_;     // the slots whose send awaits its finish word
   std::vector<char> finish_by_word_;                     // peer p answers in finish words (see the file comment)
   bool sleeps_on_bell_ = false;                          // every peer can ring own_bell_: wait() sleeps on it
+  bool receives_notices_ = false;  // this rank can read some peer, so rendezvous notices may come (start_recv)
   std::uint64_t finish_words_collected_ = 0;
   std::vector<pid_t> peer_pids_;                 // 0: this rank cannot read the peer
   std::uint64_t doorbell_wakeups_ = 0;
-  detail::doorbell own_bell_;                 // shm: this rank sleeps on it (mapped only if every peer can ring)
+  detail::doorbell own_bell_;                 // shm: peers ring it and answer in its finish words
   std::vector<detail::doorbell> peer_bells_;  // shm: rung after posting to a peer
   detail::shared_regions node_regions_;       // shm: node memory (mapped only where every rank mapped every region)
   wait_condition condition_;                  // also ends wait() (set by the communicator)
