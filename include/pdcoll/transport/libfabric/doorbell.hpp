@@ -34,6 +34,8 @@
 #include <string>
 #include <utility>
 
+#include "pdcoll/transport/libfabric/shm_object.hpp"
+
 namespace pdcoll::transport::libfabric::detail {
 
 /// The shared words of one rank's doorbell.
@@ -46,6 +48,11 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "finish words nee
 
 /// Where the finish words start in a doorbell's mapping.
 inline constexpr std::size_t finish_words_offset = 64;
+
+/// Bytes of a doorbell's mapping with `finish_words` finish words.
+constexpr std::size_t doorbell_bytes(std::size_t finish_words) noexcept {
+  return finish_words_offset + finish_words * sizeof(std::uint64_t);
+}
 
 /// A mapping of a doorbell: this rank's own (create) or a peer's (open).
 class doorbell {
@@ -75,18 +82,15 @@ class doorbell {
   }
 
   /// Creates and maps this rank's doorbell, with `finish_words` finish words,
-  /// under a fresh name (when `enabled`); on failure the doorbell stays
-  /// unmapped and `name` empty.
+  /// under a fresh name (when `enabled`); on failure (errno says why: ENOSPC
+  /// for a full /dev/shm) the doorbell stays unmapped and `name` empty.
   void create(bool enabled, std::size_t finish_words) noexcept {
     if (!enabled) return;
-    static std::atomic<unsigned> counter{0};
-    std::string n = "/pdcoll-bell." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    const int fd = ::shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    const std::size_t bytes = doorbell_bytes(finish_words);
+    const int fd = create_shm_object("pdcoll-bell", bytes, name);
     if (fd < 0) return;
-    name = std::move(n);
     linked_ = true;
-    const std::size_t bytes = finish_words_offset + finish_words * sizeof(std::uint64_t);
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) map(fd, bytes);
+    map(fd, bytes);
     ::close(fd);
     if (!words) unlink();
   }
@@ -97,7 +101,7 @@ class doorbell {
     if (!peer_name || peer_name[0] != '/') return false;
     const int fd = ::shm_open(peer_name, O_RDWR, 0);
     if (fd < 0) return false;
-    const std::size_t bytes = finish_words_offset + finish_words * sizeof(std::uint64_t);
+    const std::size_t bytes = doorbell_bytes(finish_words);
     struct stat st {};
     if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= bytes) map(fd, bytes);
     ::close(fd);
@@ -108,6 +112,7 @@ class doorbell {
   void unlink() noexcept {
     if (linked_) ::shm_unlink(name.c_str());
     linked_ = false;
+    name.clear();
   }
 
   /// Unmaps it.

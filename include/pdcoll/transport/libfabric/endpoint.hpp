@@ -98,6 +98,7 @@
 #include <utility>
 #include <vector>
 
+#include "pdcoll/detail/log.hpp"
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/endpoint.hpp"
 #include "pdcoll/transport/libfabric/doorbell.hpp"
@@ -522,8 +523,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
     for (std::size_t i = 0; i < awaiting_finish_words_.size();) {
       const std::uint32_t slot = awaiting_finish_words_[i];
       completion_context* ctx = rendezvous_senders_[slot];
-      const std::uint64_t word = own_bell_.finish_word(slot).load(std::memory_order_acquire);
-      if ((word >> 2) != ctx->transport_state[5] || !(word & 2)) {
+      const std::uint64_t word = finish_answer(slot);
+      if (!word) {
         ++i;
         continue;
       }
@@ -541,11 +542,16 @@ class fabric_endpoint final : public endpoint, private node_memory {
 
   /// Whether some rendezvous send's finish word holds its answer.
   bool finish_word_ready() const noexcept {
-    for (const std::uint32_t slot : awaiting_finish_words_) {
-      const std::uint64_t word = own_bell_.finish_word(slot).load(std::memory_order_acquire);
-      if ((word >> 2) == rendezvous_senders_[slot]->transport_state[5] && (word & 2)) return true;
-    }
+    for (const std::uint32_t slot : awaiting_finish_words_)
+      if (finish_answer(slot)) return true;
     return false;
+  }
+
+  /// The answer to the send awaiting finish word `slot` (cookie << 2 | 2 |
+  /// failed, see send_finish), or 0 while the word holds an earlier send's.
+  std::uint64_t finish_answer(std::uint32_t slot) const noexcept {
+    const std::uint64_t word = own_bell_.finish_word(slot).load(std::memory_order_acquire);
+    return (word >> 2) == rendezvous_senders_[slot]->transport_state[5] && (word & 2) ? word : 0;
   }
 
   /// The receive side: `ctx` matched a notice from the rank in `e.data`
@@ -1215,10 +1221,21 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // Every shm rank's doorbell holds the same number of finish words, so
     // peers can map it whatever their own options.
     const std::size_t finish_words = n * detail::rendezvous_slots;
+    // A failed creation (a full /dev/shm, say) costs speed, not correctness:
+    // the rank polls instead of sleeping, and the collectives send messages.
+    auto warn_failed = [&](const char* what, std::size_t bytes) {
+      const int error = errno;
+      pdcoll::detail::log(pdcoll::detail::log_level::warn, rank_,
+                          std::string("libfabric:shm: no ") + what + " (" + std::to_string(bytes) +
+                              " bytes in /dev/shm): " + std::strerror(error));
+    };
     own_bell_.create(opts_.use_wait_fd, finish_words);
+    if (opts_.use_wait_fd && !own_bell_.words) warn_failed("doorbell", detail::doorbell_bytes(finish_words));
     const char* collectives_env = std::getenv("PDCOLL_SHM_COLLECTIVES");
-    if (opts_.node_memory_bytes >= min_node_memory_bytes && !(collectives_env && std::string(collectives_env) == "0"))
+    if (opts_.node_memory_bytes >= min_node_memory_bytes && !(collectives_env && std::string(collectives_env) == "0")) {
       node_regions_.create(rank_, world_size_, opts_.node_memory_bytes);
+      if (!node_regions_.region(rank_)) warn_failed("node memory", opts_.node_memory_bytes);
+    }
     const std::string mine = std::to_string(::getpid()) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
                              (own_bell_.name.empty() ? std::string("-") : own_bell_.name) + " " +

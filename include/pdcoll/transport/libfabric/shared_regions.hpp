@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "pdcoll/transport/libfabric/shm_object.hpp"
+
 namespace pdcoll::transport::libfabric::detail {
 
 /// Every rank's region, mapped in this process.
@@ -29,16 +31,14 @@ class shared_regions {
   }
 
   /// Creates and maps this rank's region of `bytes` (zero-filled) as rank
-  /// `rank` of `world_size`; on failure nothing is mapped and own_name() is "-".
+  /// `rank` of `world_size`; on failure (errno says why: ENOSPC for a full
+  /// /dev/shm) nothing is mapped and own_name() is "-".
   void create(int rank, int world_size, std::size_t bytes) noexcept {
     maps_.assign(static_cast<std::size_t>(world_size), nullptr);
     bytes_ = bytes;
-    static std::atomic<unsigned> counter{0};
-    std::string n = "/pdcoll-node." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    const int fd = ::shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    const int fd = create_shm_object("pdcoll-node", bytes, name_);
     if (fd < 0) return;
-    name_ = std::move(n);
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) maps_[static_cast<std::size_t>(rank)] = map(fd);
+    maps_[static_cast<std::size_t>(rank)] = map(fd);
     ::close(fd);
     if (!maps_[static_cast<std::size_t>(rank)]) unlink_own();
   }
