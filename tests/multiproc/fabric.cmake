@@ -14,6 +14,7 @@ set(PDCOLL_FABRIC_CASES
   "any_peer|any_peer receives with an ignore mask*"
   "cancel_truncate|truncation is collective_mismatch*"
   "rendezvous|large messages take the single-copy rendezvous*"
+  "one_way_cma|with one-way CMA the readable direction*"
   "doorbell|an idle shm rank sleeps on its doorbell*"
   "eagain|sends beyond the provider's queue are queued*"
   "peer_killed|a receive from a peer killed*"

@@ -4,7 +4,11 @@
 // parent checks every rank's exit status.
 #include <doctest/doctest.h>
 
+#include <linux/capability.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -337,6 +341,79 @@ TEST_CASE("large messages take the single-copy rendezvous on shm, intact from an
     });
     require_all_ok(outcomes);
   }
+}
+
+TEST_CASE("with one-way CMA the readable direction takes the rendezvous and the other the provider's copy") {
+  // Rank 0 makes itself non-dumpable and rank 1 drops CAP_SYS_PTRACE, so
+  // rank 1 may not read rank 0 (ptrace(2): "access mode ... dumpable") while
+  // rank 0 (root) may read rank 1: as between a parent and a child under
+  // Yama's ptrace_scope=1. Sends 1 -> 0 take the rendezvous, sends 0 -> 1
+  // the provider; short receives on both sides take the bounce.
+  auto outcomes = pdcoll::test::run_ranks(2, [](int rank, int size, const address_exchange& ex) {
+    rank_checks check{rank};
+    if (rank == 0) {
+      check(::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0, "PR_SET_DUMPABLE 0");
+    } else {
+      __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
+      check(::syscall(SYS_capget, &header, caps) == 0, "capget");
+      caps[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+      caps[CAP_SYS_PTRACE / 32].permitted &= ~(1u << (CAP_SYS_PTRACE % 32));
+      check(::syscall(SYS_capset, &header, caps) == 0, "capset without CAP_SYS_PTRACE");
+    }
+    auto ep = fabric::make_endpoint(rank, size, ex);
+    auto& fep = static_cast<fabric::fabric_endpoint&>(*ep);
+    const bool shm = fep.provider() == "shm";
+    const int peer = 1 - rank;
+    // rendezvous_with(p): p can read this rank.
+    check(fep.rendezvous_with(rank) == shm, "a rank reads itself on shm");
+    if (rank == 0) check(!fep.rendezvous_with(1), "rank 1 cannot read rank 0");
+    if (rank == 1 && ::geteuid() == 0) check(fep.rendezvous_with(0) == shm, "rank 0 (root) reads rank 1 on shm");
+    const bool one_way = shm && (rank == 0 || fep.rendezvous_with(0));
+    // Both ways: 1 MiB, 64 KiB, 4 KiB + 1, and 4 bytes into a 4-byte receive.
+    const std::vector<std::size_t> sizes = {std::size_t{1} << 20, std::size_t{64} << 10, 4097, 4};
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      const std::size_t s = sizes[k];
+      std::vector<unsigned char> out(s), in(s, 0);
+      for (std::size_t i = 0; i < s; ++i) out[i] = byte_at(i, static_cast<unsigned>(s + 31 * rank));
+      recorded_op send, recv;
+      check(!ep->post_recv(peer, in.data(), in.size(), 20 + k, 0, nullptr, &recv), "post recv");
+      check(!ep->post_send(peer, out.data(), s, 20 + k, nullptr, &send), "post send");
+      check(drive_until(*ep, [&] { return send.done() && recv.done(); }, in_seconds(30)),
+            "send and receive of " + std::to_string(s) + " completed");
+      check(!send.result.error && !recv.result.error && recv.result.bytes == s, "both ok");
+      bool intact = true;
+      for (std::size_t i = 0; i < s && intact; ++i) intact = in[i] == byte_at(i, static_cast<unsigned>(s + 31 * peer));
+      check(intact, "bytes of " + std::to_string(s) + " from rank " + std::to_string(peer));
+    }
+    // Rank 1's three sends above the inject size went by rendezvous, each
+    // answered by rank 0 in its finish word; rank 0's went by the provider.
+    if (one_way) {
+      check(fep.finish_words_collected() == (rank == 1 ? 3u : 0u),
+            "finish words collected: " + std::to_string(fep.finish_words_collected()));
+    }
+    // A rendezvous message too long for its receive: both sides complete.
+    // (The other direction is the provider's, which 1.17 never completes:
+    // see the truncation case.)
+    ex("truncate");
+    if (one_way) {
+      std::vector<unsigned char> big(std::size_t{64} << 10, 5);
+      unsigned char tiny[8] = {};
+      recorded_op op;
+      if (rank == 1) {
+        check(!ep->post_send(0, big.data(), big.size(), 40, nullptr, &op), "post big send");
+        check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "big send completed");
+        check(!op.result.error, "the receiver took what fit");
+      } else {
+        check(!ep->post_recv(1, tiny, sizeof tiny, 40, 0, nullptr, &op), "post tiny recv");
+        check(drive_until(*ep, [&] { return op.done(); }, in_seconds(30)), "tiny receive completed");
+        check(op.result.error == pdcoll::errc::collective_mismatch, "truncated");
+      }
+    }
+    ex("done");
+    return check.failures ? 1 : 0;
+  });
+  require_all_ok(outcomes);
 }
 
 TEST_CASE("sends beyond the provider's queue are queued, not blocked on, and arrive in order") {
