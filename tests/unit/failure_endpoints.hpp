@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace pdcoll::testing {
@@ -56,6 +57,11 @@ struct endpoint_faults {
   /// The first this-many wait() calls return at once with nothing ready, as a
   /// doorbell rung for a flag the rank needs, but not the last one.
   int early_wakeups = 0;
+  /// Data completions are held back and handed out one per progress() call,
+  /// the newest first: on this rank, operations complete in about the
+  /// reverse of the order in which the transport finished them (a transport
+  /// may complete in any order; the other ranks see the inner order).
+  bool newest_completion_first = false;
 };
 
 /// Forwards to an inner endpoint, counting and injecting endpoint_faults.
@@ -75,13 +81,15 @@ class wrapped_endpoint final : public transport::endpoint {
     if (!is_control(tag) && (tag & pdcoll::detail::tag_index_mask) == pdcoll::detail::tag_index_mask)
       ++counters_->check_sends;
     counters_->posted_sends.push_back({peer, tag, counters_->progress_calls.load()});
-    return inner_->post_send(peer, buffer, length, tag, descriptor, ctx);
+    if (!is_control(tag)) hold_completion(ctx);
+    return unhold_on_error(inner_->post_send(peer, buffer, length, tag, descriptor, ctx), ctx);
   }
   std::error_code post_recv(int peer, void* buffer, std::size_t length, std::uint64_t tag, std::uint64_t ignore,
                             void* descriptor, transport::completion_context* ctx) noexcept override {
     ++counters_->receives;
     if (!is_control(tag)) ++counters_->data_receives;
-    return inner_->post_recv(peer, buffer, length, tag, ignore, descriptor, ctx);
+    if (!is_control(tag)) hold_completion(ctx);
+    return unhold_on_error(inner_->post_recv(peer, buffer, length, tag, ignore, descriptor, ctx), ctx);
   }
   void cancel(transport::completion_context* ctx) noexcept override {
     ++counters_->cancels;
@@ -93,13 +101,25 @@ class wrapped_endpoint final : public transport::endpoint {
   }
   std::size_t progress() noexcept override {
     ++counters_->progress_calls;
-    return inner_->progress();
+    if (!faults_.newest_completion_first) return inner_->progress();
+    delivering_ = this;
+    std::size_t done = inner_->progress();  // the held ones (data) land in held_
+    delivering_ = nullptr;
+    if (!held_.empty()) {
+      held_completion h = held_.back();
+      held_.pop_back();
+      h.ctx->on_complete = h.on_complete;
+      h.on_complete(h.ctx, h.result);
+      ++done;
+    }
+    return done;
   }
   void wait(std::chrono::steady_clock::time_point deadline) noexcept override {
     if (counters_->early_wakeups.load() < faults_.early_wakeups) {  // only the driving thread calls wait()
       ++counters_->early_wakeups;
       return;
     }
+    if (!held_.empty()) return;  // the next progress() has one to hand out
     inner_->wait(deadline);
   }
   transport::data_path path_for(transport::memory_kind kind) const noexcept override {
@@ -118,6 +138,50 @@ class wrapped_endpoint final : public transport::endpoint {
  private:
   // detail/tags.hpp: control messages (abort notices) have a tag of their own.
   static bool is_control(std::uint64_t tag) noexcept { return tag == pdcoll::detail::control_tag(); }
+
+  // newest_completion_first: a completion the inner transport delivered,
+  // and the caller's callback to hand it to later.
+  struct held_completion {
+    transport::completion_context* ctx;
+    void (*on_complete)(transport::completion_context*, const transport::completion&) noexcept;
+    transport::completion result;
+  };
+  // Routes `ctx`'s completion into held_ (restored before it is handed on).
+  void hold_completion(transport::completion_context* ctx) noexcept {
+    if (!faults_.newest_completion_first) return;
+    callbacks_.emplace_back(ctx, ctx->on_complete);
+    ctx->on_complete = [](transport::completion_context* self, const transport::completion& c) noexcept {
+      // The contract: completions come from inside progress(), on its thread.
+      wrapped_endpoint* ep = delivering_;
+      auto& cbs = ep->callbacks_;
+      for (std::size_t i = 0; i < cbs.size(); ++i) {
+        if (cbs[i].first != self) continue;
+        ep->held_.push_back({self, cbs[i].second, c});
+        cbs[i] = cbs.back();
+        cbs.pop_back();
+        return;
+      }
+    };
+  }
+
+  // A failed post completes nothing: the context gets its callback back.
+  std::error_code unhold_on_error(std::error_code ec, transport::completion_context* ctx) noexcept {
+    if (!ec || !faults_.newest_completion_first) return ec;
+    for (std::size_t i = 0; i < callbacks_.size(); ++i) {
+      if (callbacks_[i].first != ctx) continue;
+      ctx->on_complete = callbacks_[i].second;
+      callbacks_[i] = callbacks_.back();
+      callbacks_.pop_back();
+      break;
+    }
+    return ec;
+  }
+
+  static inline thread_local wrapped_endpoint* delivering_ = nullptr;
+  std::vector<std::pair<transport::completion_context*,
+                        void (*)(transport::completion_context*, const transport::completion&) noexcept>>
+      callbacks_;  // contexts posted and not yet completed, with their callbacks
+  std::vector<held_completion> held_;
 
   std::unique_ptr<transport::endpoint> inner_;
   std::shared_ptr<endpoint_counters> counters_;

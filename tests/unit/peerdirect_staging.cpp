@@ -8,6 +8,7 @@
 #include <pdcoll/memory/track.hpp>
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
+#include <unit/failure_endpoints.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -87,6 +88,53 @@ TEST_CASE("forced host staging pipelines chunks and matches the direct path for 
   CHECK(wrong == 0);
   CHECK(staged.load() == 0);
   CHECK(dev.counters().device_to_host_bytes == static_cast<std::uint64_t>(P) * (n + n * P) * sizeof(float));
+}
+
+TEST_CASE("staged chunks keep their slots when one rank's transfers complete newest first") {
+  // Rank 1's transport hands out its completions newest first, so its later
+  // chunk tends to finish before the earlier one; the other ranks' do not.
+  // Chunk k must still run on slot k % 2 everywhere (each slot has its own
+  // message indices): handing chunk k to whichever slot went idle first
+  // matched one chunk's messages to another chunk's receives.
+  REQUIRE(small_chunks);
+  device dev(std::size_t{64} << 20);
+  for (const int P : {2, 3, 4}) {
+    CAPTURE(P);
+    pdcoll::communicator_options options = pdcoll::testing::short_timeout(std::chrono::seconds(30));
+    options.force_host_staging = true;
+    pdcoll::testing::wrapped_world world(
+        P,
+        [](int rank) {
+          pdcoll::testing::endpoint_faults f;
+          f.newest_completion_first = rank == 1;
+          return f;
+        },
+        options);
+    const std::size_t n = 10'007;  // 39 KiB: all_reduce in 5 chunks, all_gather in 5 * P
+    std::atomic<int> wrong{0};
+    world.run([&](int r, pdcoll::communicator& comm) {
+      std::vector<float> mine(n);
+      for (std::size_t i = 0; i < n; ++i) mine[i] = static_cast<float>(r + 1 + static_cast<int>(i % 5));
+      auto a = dev.allocate<float>(n);
+      auto g = dev.allocate<float>(n * static_cast<std::size_t>(P));
+      dev.copy_from_host(std::span<const float>(mine), a.view());
+      for (int round = 0; round < 3; ++round) {
+        pdcoll::exec::sync_wait(pdcoll::all_gather(comm, a.view(), g.view()));
+        std::vector<float> all(n * static_cast<std::size_t>(P));
+        dev.copy_to_host(g.const_view(), std::span<float>(all));
+        for (int b = 0; b < P; ++b)
+          for (std::size_t i = 0; i < n; ++i)
+            wrong += all[static_cast<std::size_t>(b) * n + i] != static_cast<float>(b + 1 + static_cast<int>(i % 5));
+      }
+      pdcoll::exec::sync_wait(pdcoll::all_reduce(comm, a.view(), pdcoll::op::sum));
+      std::vector<float> sum(n);
+      dev.copy_to_host(a.const_view(), std::span<float>(sum));
+      for (std::size_t i = 0; i < n; ++i)
+        wrong += sum[i] != static_cast<float>(P * (P + 1) / 2 + P * static_cast<int>(i % 5));
+      CHECK(comm.data_path_statistics().staged_operations == 4);
+    });
+    CHECK(wrong == 0);
+  }
 }
 
 TEST_CASE("in-place all_gather and reduce_scatter on device memory are right, staged and direct") {
