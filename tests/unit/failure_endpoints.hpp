@@ -38,6 +38,9 @@ struct endpoint_counters {
   std::atomic<int> check_sends{0};
   /// progress() calls so far.
   std::atomic<std::uint64_t> progress_calls{0};
+  /// newest_completion_first: completions handed out while an older one was
+  /// still held (so the fault really reordered something).
+  std::atomic<int> reordered{0};
   /// A posted send, and how many progress() calls came before it (two sends
   /// with the same count were handed to the transport in one turn).
   struct posted_send {
@@ -106,6 +109,7 @@ class wrapped_endpoint final : public transport::endpoint {
     std::size_t done = inner_->progress();  // the held ones (data) land in held_
     delivering_ = nullptr;
     if (!held_.empty()) {
+      if (held_.size() > 1) ++counters_->reordered;
       held_completion h = held_.back();
       held_.pop_back();
       h.ctx->on_complete = h.on_complete;

@@ -8,6 +8,7 @@
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
 #include <support/reference.hpp>
+#include <unit/failure_endpoints.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -278,5 +279,57 @@ TEST_CASE(
         }
       }
     });
+  }
+}
+
+TEST_CASE("every collective and algorithm stays right when one rank's completions come newest first on 2..5 ranks") {
+  // A transport may complete a rank's operations in any order: rank 1's
+  // wrapper hands them out newest first (endpoint_faults), the others' in
+  // the inproc order.
+  for (int world = 2; world <= 5; ++world) {
+    CAPTURE(world);
+    failures f;
+    pdcoll::testing::wrapped_world w(
+        world,
+        [](int rank) {
+          pdcoll::testing::endpoint_faults faults;
+          faults.newest_completion_first = rank == 1;
+          return faults;
+        },
+        pdcoll::testing::short_timeout(std::chrono::seconds(60)));
+    w.run([&](int, communicator& comm) {
+      std::uint64_t salt = 5000;
+      const int P = comm.world_size();
+      for (std::size_t count : {std::size_t{1}, static_cast<std::size_t>(P + 1), std::size_t{70001}}) {
+        for (bool in_place : {false, true}) {
+          all_reduce_case<algo::ring, float, op::sum_t>(comm, f, count, ++salt, in_place);
+          all_reduce_case<algo::ring_chunked<4096>, std::int32_t, op::max_t>(comm, f, count, ++salt, in_place);
+          all_reduce_case<algo::recursive_doubling, float, op::sum_t>(comm, f, count, ++salt, in_place);
+          all_reduce_case<algo::rabenseifner, double, op::sum_t>(comm, f, count, ++salt, in_place);
+          all_reduce_case<algo::tree_chunked<64>, std::int64_t, op::sum_t>(comm, f, count, ++salt, in_place);
+          all_reduce_case<algo::direct, float, op::sum_t>(comm, f, count, ++salt, in_place);
+          all_reduce_case<algo::automatic, bfloat16, op::sum_t>(comm, f, count, ++salt, in_place);
+          all_gather_case<algo::ring, float>(comm, f, count, ++salt, in_place);
+          all_gather_case<algo::recursive_doubling, std::uint8_t>(comm, f, count, ++salt, in_place);
+          reduce_scatter_case<algo::ring, float, op::sum_t>(comm, f, count, ++salt, in_place);
+          reduce_scatter_case<algo::recursive_halving, std::int8_t, op::max_t>(comm, f, count, ++salt, in_place);
+        }
+        for (int root : {0, P - 1}) {
+          broadcast_case<algo::tree, double>(comm, f, count, ++salt, root, true);
+          broadcast_case<algo::chain_chunked<4096>, float>(comm, f, count, ++salt, root, false);
+          reduce_case<algo::tree, float, op::sum_t>(comm, f, count, ++salt, root);
+          reduce_case<algo::automatic, double, op::sum_t>(comm, f, count, ++salt, root);
+        }
+        all_to_all_case<algo::pairwise, double>(comm, f, count, ++salt);
+        all_to_all_case<algo::direct, std::uint8_t>(comm, f, count + 3, ++salt);
+        try {
+          exec::sync_wait(barrier(comm));
+        } catch (const std::exception& e) {
+          f.add(std::string("barrier threw ") + e.what());
+        }
+      }
+    });
+    f.report();
+    CHECK(w.counters[1]->reordered.load() > 0);
   }
 }

@@ -134,6 +134,7 @@ TEST_CASE("staged chunks keep their slots when one rank's transfers complete new
       CHECK(comm.data_path_statistics().staged_operations == 4);
     });
     CHECK(wrong == 0);
+    CHECK(world.counters[1]->reordered.load() > 0);
   }
 }
 
