@@ -74,12 +74,17 @@ ring_links connect_ring(pdcoll::job& job, std::chrono::milliseconds timeout, con
   namespace sock = pdcoll::bootstrap::detail;
   const int rank = job.rank(), n = job.world_size();
   const auto deadline = sock::clock::now() + timeout;
+  namespace uring = pdcoll::transport::uring_tcp::detail;
+  // As uring_tcp does: the congestion control before the connection exists
+  // (the accepted link inherits the listener's).
   auto [listener, port] = sock::listen_on("127.0.0.1", 0, 1);
+  uring::preset_congestion_control(listener.get(), congestion);
   job.store().set("tcp_ring_exchange.port." + std::to_string(rank), std::to_string(port));
   const auto right_port = static_cast<std::uint16_t>(
       std::stoi(job.store().get("tcp_ring_exchange.port." + std::to_string((rank + 1) % n), timeout)));
   ring_links links;
-  links.right = sock::connect_until("127.0.0.1", right_port, deadline, timeout);  // TCP_NODELAY set
+  links.right = sock::connect_until("127.0.0.1", right_port, deadline, timeout,  // TCP_NODELAY set
+                                    [&](int fd) { uring::preset_congestion_control(fd, congestion); });
   pollfd p{listener.get(), POLLIN, 0};
   if (::poll(&p, 1, sock::poll_timeout(deadline)) != 1) fail("no connection from rank - 1 in time");
   links.left = unique_fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));  // blocking
@@ -87,7 +92,7 @@ ring_links connect_ring(pdcoll::job& job, std::chrono::milliseconds timeout, con
   const int one = 1;
   if (::setsockopt(links.left.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) fail("setsockopt(TCP_NODELAY)");
   for (const auto* fd : {&links.right, &links.left})
-    pdcoll::transport::uring_tcp::detail::apply_congestion_control(fd->get(), congestion);
+    uring::apply_congestion_control(fd->get(), congestion);
   const int flags = ::fcntl(links.right.get(), F_GETFL);
   if (flags < 0 || ::fcntl(links.right.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) fail("fcntl(O_NONBLOCK)");
   return links;

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -547,6 +548,43 @@ TEST_CASE("same_host: loopback and a shared address stay on the host, a non-IP s
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
   uring::detail::file_descriptor a(pair[0]), b(pair[1]);
   CHECK_FALSE(uring::detail::same_host(a.get()));
+}
+
+TEST_CASE("a connection has its congestion control before it exists: preset on the socket, inherited from the listener") {
+  // Set on an established connection, a congestion control inherits the
+  // pacing that the system's BBR turned on at its init (congestion.hpp):
+  // so neither end of a mesh connection may be given it afterwards.
+  for (const std::string choice : {"", "reno"}) {
+    CAPTURE(choice);
+    const std::string expected = choice.empty() ? "cubic" : choice;
+    if (expected == "cubic" && !may_set_cubic()) continue;
+    const uring::detail::socket_settings settings{0, choice};
+    auto listening = uring::detail::make_listener("127.0.0.1", 4, settings);
+    CHECK(uring::detail::congestion_control_of(listening.socket.get()) == expected);
+    uring::detail::file_descriptor client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(client.valid());
+    uring::detail::prepare_socket(client.get(), settings);
+    CHECK(uring::detail::congestion_control_of(client.get()) == expected);
+    sockaddr_in address{};
+    socklen_t length = sizeof address;
+    REQUIRE(::getsockname(listening.socket.get(), reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    REQUIRE(::connect(client.get(), reinterpret_cast<sockaddr*>(&address), length) == 0);
+    pollfd p{listening.socket.get(), POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 5000) == 1);
+    uring::detail::file_descriptor accepted(::accept(listening.socket.get(), nullptr, nullptr));
+    REQUIRE(accepted.valid());
+    CHECK(uring::detail::congestion_control_of(accepted.get()) == expected);  // nothing set on it
+    // What setup then applies is a no-op on both ends.
+    uring::detail::apply_congestion_control(accepted.get(), choice);
+    uring::detail::apply_congestion_control(client.get(), choice);
+    CHECK(uring::detail::congestion_control_of(accepted.get()) == expected);
+    CHECK(uring::detail::congestion_control_of(client.get()) == expected);
+  }
+  // "system" leaves every socket the kernel's default.
+  const std::string system = uring::detail::system_default_congestion_control();
+  CHECK_FALSE(system.empty());
+  auto listening = uring::detail::make_listener("127.0.0.1", 4, {0, "system"});
+  CHECK(uring::detail::congestion_control_of(listening.socket.get()) == system);
 }
 
 TEST_CASE("a rank with a different job token is refused and setup fails by its deadline") {

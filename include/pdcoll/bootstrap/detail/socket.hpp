@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -170,9 +171,11 @@ inline std::pair<unique_fd, std::uint16_t> listen_on(const std::string& host, st
 /// Connects to host:port, retrying refused or unreachable attempts with a
 /// growing pause (20 ms … 500 ms) until `deadline`, because the root may
 /// start after its clients. Returns a non-blocking connected socket.
+/// `prepare`, when given, sees each new socket before its connect().
 /// Errors: errc::timeout "could not reach rendezvous root H:P within N ms (…)".
 inline unique_fd connect_until(const std::string& host, std::uint16_t port, clock::time_point deadline,
-                               std::chrono::milliseconds budget) {
+                               std::chrono::milliseconds budget,
+                               const std::function<void(int fd)>& prepare = {}) {
   std::string last = "no attempt made";
   auto pause = std::chrono::milliseconds{20};
   do {
@@ -182,6 +185,7 @@ inline unique_fd connect_until(const std::string& host, std::uint16_t port, cloc
     for (const addrinfo* a = addresses.begin(); a != nullptr && clock::now() < deadline; a = a->ai_next) {
       unique_fd fd{::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol)};
       if (!fd) { last = errno_text(errno); continue; }
+      if (prepare) prepare(fd.get());
       int error = 0;
       if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
         error = errno;

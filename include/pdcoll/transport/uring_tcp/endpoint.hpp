@@ -1209,7 +1209,8 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
   if (bind.empty()) {
     if (const char* from_environment = std::getenv("PDCOLL_URING_BIND")) bind = from_environment;
   }
-  detail::listener listening = detail::make_listener(bind, world_size + 16, opts.socket_buffer_bytes);
+  const detail::socket_settings settings{opts.socket_buffer_bytes, opts.congestion_control};
+  detail::listener listening = detail::make_listener(bind, world_size + 16, settings);
   // Directional connections: a second listener for the second mesh (a rank
   // already building it must not be taken for a rank still connecting the
   // first), both addresses published in the one exchange round,
@@ -1218,7 +1219,7 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
   std::optional<detail::listener> second_listening;
   std::string mine = listening.advertised;
   if (meshes == 2) {
-    second_listening.emplace(detail::make_listener(bind, world_size + 16, opts.socket_buffer_bytes));
+    second_listening.emplace(detail::make_listener(bind, world_size + 16, settings));
     mine += "," + second_listening->advertised;
   }
   const std::vector<std::string> published = exchange(mine);
@@ -1238,12 +1239,12 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
     addresses[0].push_back(published[q].substr(0, comma));
     if (meshes == 2) addresses[1].push_back(published[q].substr(comma + 1));
   }
-  auto sockets = detail::connect_mesh(rank, world_size, listening.socket, addresses[0], opts.token,
-                                      opts.socket_buffer_bytes, deadline);
+  auto sockets = detail::connect_mesh(rank, world_size, listening.socket, addresses[0], opts.token, settings,
+                                      deadline);
   std::vector<detail::file_descriptor> second;
   if (second_listening) {
-    second = detail::connect_mesh(rank, world_size, second_listening->socket, addresses[1], opts.token,
-                                  opts.socket_buffer_bytes, deadline);
+    second = detail::connect_mesh(rank, world_size, second_listening->socket, addresses[1], opts.token, settings,
+                                  deadline);
   }
   for (const auto* mesh : {&sockets, &second})
     for (const auto& socket : *mesh)

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "pdcoll/error.hpp"
+#include "pdcoll/transport/uring_tcp/detail/congestion.hpp"
 
 namespace pdcoll::transport::uring_tcp::detail {
 
@@ -163,6 +164,20 @@ inline void tune_socket(int fd, int buffer_bytes) {
   }
 }
 
+/// What every socket of the mesh gets before connect()/listen() (accepted
+/// sockets inherit the listener's): its buffer sizes, and its congestion
+/// control, which a connection must start with (congestion.hpp).
+struct socket_settings {
+  int buffer_bytes = 0;            ///< options::socket_buffer_bytes
+  std::string congestion_control;  ///< options::congestion_control
+};
+
+/// tune_socket and preset_congestion_control on a socket not yet connected.
+inline void prepare_socket(int fd, const socket_settings& settings) {
+  tune_socket(fd, settings.buffer_bytes);
+  preset_congestion_control(fd, settings.congestion_control);
+}
+
 /// A listening socket and the "host:port" string peers connect to.
 struct listener {
   file_descriptor socket;
@@ -170,7 +185,7 @@ struct listener {
 };
 
 /// Listens on an ephemeral port of `bind_host` ("" = every IPv4 interface).
-inline listener make_listener(const std::string& bind_host, int backlog, int buffer_bytes) {
+inline listener make_listener(const std::string& bind_host, int backlog, const socket_settings& settings) {
   socket_address address;
   std::string advertised_host;
   if (bind_host.empty()) {
@@ -187,7 +202,7 @@ inline listener make_listener(const std::string& bind_host, int backlog, int buf
   if (!out.socket.valid()) throw_errno(errno, "socket()");
   int one = 1;
   ::setsockopt(out.socket.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  tune_socket(out.socket.get(), buffer_bytes);  // accepted sockets inherit the buffer sizes
+  prepare_socket(out.socket.get(), settings);  // accepted sockets inherit the settings
   if (::bind(out.socket.get(), address.get(), address.length) != 0) {
     throw_errno(errno, "bind(" + bind_host + ")");
   }
@@ -246,7 +261,7 @@ struct pending_connection {
 /// for malformed addresses, errno codes for socket failures.
 inline std::vector<file_descriptor> connect_mesh(int rank, int world_size, file_descriptor& listening,
                                                  const std::vector<std::string>& addresses,
-                                                 const std::string& token, int buffer_bytes,
+                                                 const std::string& token, const socket_settings& settings,
                                                  setup_clock::time_point deadline) {
   std::vector<file_descriptor> connected(static_cast<std::size_t>(world_size));
   std::vector<pending_connection> outgoing;
@@ -265,7 +280,7 @@ inline std::vector<file_descriptor> connect_mesh(int rank, int world_size, file_
     socket_address target = parse_address(addresses[static_cast<std::size_t>(c.peer)]);
     c.socket.reset(::socket(target.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!c.socket.valid()) throw_errno(errno, "socket()");
-    tune_socket(c.socket.get(), buffer_bytes);
+    prepare_socket(c.socket.get(), settings);
     c.state = pending_connection::phase::connecting;
     c.out = my_hello;
     c.out_offset = 0;
