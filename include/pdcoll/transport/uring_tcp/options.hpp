@@ -43,22 +43,19 @@ struct options {
   /// PDCOLL_URING_DIRECTIONAL=1 turns it on).
   bool directional_connections = false;
   /// TCP congestion control of every connection (setsockopt TCP_CONGESTION,
-  /// detail/congestion.hpp). Empty, the default: CUBIC on connections that
-  /// stay on the host (a loopback peer, or one IP address at both ends) and
-  /// the system's choice on the others; "system": the system's choice on
-  /// all; any other name ("cubic", "reno", "bbr", "dctcp", ...): that one on
-  /// all, and setup throws std::system_error if the kernel refuses it. The
-  /// default exists because BBR, the system default on many cloud images,
-  /// paces each connection from a timer even on loopback, where nothing
-  /// needs pacing. Measured on the reference machine (system default BBR;
-  /// pdcoll-bench, io_uring, float sum, in place, the default and "system"
-  /// alternated, medians of 3 rounds): bus bandwidth on 2 ranks 1.9x at
-  /// 4 MiB, 1.6x at 16 MiB, 1.2-1.5x at 64 MiB (one connection per pair /
-  /// per direction), but 0.8x at 1 MiB; on 4 ranks (on 2 cores) 1.1-1.65x
-  /// from 4 MiB, 0.8x at 1 MiB; 8-byte all-reduces no slower. At 1 MiB
-  /// BBR depends on what the connection carried before: 236-248 us after a
-  /// sweep from 4 KiB, 447-490 us when 1 MiB comes first; CUBIC 304-315 us
-  /// either way (2 ranks, 3 alternations).
+  /// detail/congestion.hpp), set before the connection exists. Empty, the
+  /// default: CUBIC on connections that stay on the host (a loopback peer,
+  /// or one IP address at both ends) and the system's choice on the others;
+  /// "system": the system's choice on all; any other name ("cubic", "reno",
+  /// "bbr", "dctcp", ...): that one on all, and setup throws
+  /// std::system_error if the kernel refuses it. The default exists because
+  /// BBR, the system default on many cloud images, paces each connection
+  /// from a timer even on loopback, where nothing needs pacing. Measured on
+  /// the reference machine (system default BBR; pdcoll-bench, io_uring,
+  /// automatic, float sum, in place, the default and "system" alternated,
+  /// medians of 3 rounds): "system" took 1.47-1.75x as long at 4-64 MiB on
+  /// 2 ranks (even at 256 KiB and 1 MiB), and 1.07-1.6x as long from
+  /// 64 KiB to 64 MiB on 4 ranks (on 2 cores), 1.33x at 1 MiB.
   /// The job's PDCOLL_URING_CONGESTION sets it.
   std::string congestion_control;
   /// Payloads of at least this many bytes go out with IORING_OP_SENDMSG_ZC
