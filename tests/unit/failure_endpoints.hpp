@@ -12,6 +12,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -105,9 +107,9 @@ class wrapped_endpoint final : public transport::endpoint {
   std::size_t progress() noexcept override {
     ++counters_->progress_calls;
     if (!faults_.newest_completion_first) return inner_->progress();
-    delivering_ = this;
+    wrapped_endpoint* const outer = std::exchange(delivering_, this);
     std::size_t done = inner_->progress();  // the held ones (data) land in held_
-    delivering_ = nullptr;
+    delivering_ = outer;
     if (!held_.empty()) {
       if (held_.size() > 1) ++counters_->reordered;
       held_completion h = held_.back();
@@ -155,8 +157,14 @@ class wrapped_endpoint final : public transport::endpoint {
     if (!faults_.newest_completion_first) return;
     callbacks_.emplace_back(ctx, ctx->on_complete);
     ctx->on_complete = [](transport::completion_context* self, const transport::completion& c) noexcept {
-      // The contract: completions come from inside progress(), on its thread.
+      // The contract: completions come from inside progress(), on its
+      // thread, once per posted context; a transport that broke it would
+      // otherwise lose the completion and leave a test to its deadline.
       wrapped_endpoint* ep = delivering_;
+      if (!ep) {
+        std::fprintf(stderr, "wrapped_endpoint: a completion outside progress()\n");
+        std::abort();
+      }
       auto& cbs = ep->callbacks_;
       for (std::size_t i = 0; i < cbs.size(); ++i) {
         if (cbs[i].first != self) continue;
@@ -165,6 +173,8 @@ class wrapped_endpoint final : public transport::endpoint {
         cbs.pop_back();
         return;
       }
+      std::fprintf(stderr, "wrapped_endpoint: a completion for a context never posted\n");
+      std::abort();
     };
   }
 

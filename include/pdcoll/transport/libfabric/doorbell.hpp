@@ -91,8 +91,10 @@ class doorbell {
     if (fd < 0) return;
     linked_ = true;
     map(fd, bytes);
+    const int error = errno;  // mmap's, for the caller's report
     ::close(fd);
     if (!words) unlink();
+    errno = error;
   }
 
   /// Maps a peer's doorbell by name ("-": it has none), created with

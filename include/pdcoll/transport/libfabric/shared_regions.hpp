@@ -39,8 +39,10 @@ class shared_regions {
     const int fd = create_shm_object("pdcoll-node", bytes, name_);
     if (fd < 0) return;
     maps_[static_cast<std::size_t>(rank)] = map(fd);
+    const int error = errno;  // mmap's, for the caller's report
     ::close(fd);
     if (!maps_[static_cast<std::size_t>(rank)]) unlink_own();
+    errno = error;
   }
 
   /// The name peers open this rank's region by ("-": there is none).

@@ -9,10 +9,11 @@
 // connections to other hosts keep the system's choice, which their
 // operators made for their network.
 //
-// The choice must be made before the connection exists: every socket gets
-// it before connect() or listen() (accepted sockets inherit the
-// listener's), and only a connection that turns out to leave the host goes
-// back to the system's choice. Setting it on an established connection
+// The choice must be made before the connection exists: a socket that
+// connects to an address of this host gets it before connect(), the
+// listener before listen() (accepted sockets inherit the listener's), and
+// an accepted connection that turns out to come from another host goes
+// back to the system's choice; connections to other hosts never get it. Setting it on an established connection
 // (as pdcoll did before) switches the algorithm but not the pacing: BBR's
 // init turns the socket's internal pacing on (sk_pacing_status), and
 // nothing but closing the socket turns it off, so such a "CUBIC"
@@ -27,6 +28,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -102,25 +104,63 @@ inline const std::string& system_default_congestion_control() {
   return name;
 }
 
-/// Applies options::congestion_control `choice` to a socket before
-/// connect() or listen() (see the file comment): "" sets CUBIC (a refusal
-/// leaves the system's choice), "system" leaves the system's choice, any
-/// other name is set or throws (set_congestion_control).
-inline void preset_congestion_control(int fd, const std::string& choice) {
-  if (choice == system_congestion_control) return;
-  set_congestion_control(fd, choice.empty() ? std::string(local_congestion_control) : choice, !choice.empty());
+/// Whether `address` (IPv4 or IPv6) belongs to this host: a loopback
+/// address or one of its interfaces' (getifaddrs(3)). False when unknown.
+inline bool local_address(const sockaddr* address) noexcept {
+  if (!address) return false;
+  if (address->sa_family == AF_INET) {
+    const in_addr_t a = reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr;
+    if ((ntohl(a) >> 24) == 127) return true;
+  } else if (address->sa_family == AF_INET6) {
+    if (IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr)) return true;
+  } else {
+    return false;
+  }
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* it = list; it && !found; it = it->ifa_next) {
+    if (!it->ifa_addr || it->ifa_addr->sa_family != address->sa_family) continue;
+    if (address->sa_family == AF_INET)
+      found = reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr.s_addr ==
+              reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr;
+    else
+      found = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(it->ifa_addr)->sin6_addr,
+                          &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  ::freeifaddrs(list);
+  return found;
 }
 
-/// Completes `choice` on connected socket `fd`, which had it preset: with
-/// the default (""), a connection that leaves the host goes back to the
-/// system's choice, and one that stays on it is made sure of CUBIC (a
-/// no-op when it has it). A named choice is set (a no-op when preset).
+/// Applies options::congestion_control `choice` to a socket before
+/// connect() or listen() (see the file comment): "" sets CUBIC where the
+/// connection will stay on the host (`stays_on_host`: a connecting socket
+/// whose target is local_address(), or a listener, whose accepted sockets
+/// from other hosts apply_congestion_control hands back), and a refusal
+/// leaves the system's choice; "system" leaves the system's choice; any
+/// other name is set or throws (set_congestion_control). A connection to
+/// another host keeps the system's choice from its first packet: a
+/// congestion control that needs ECN (DCTCP) must have it when the SYN is
+/// sent.
+inline void preset_congestion_control(int fd, const std::string& choice, bool stays_on_host = true) {
+  if (choice == system_congestion_control) return;
+  if (!choice.empty()) return set_congestion_control(fd, choice, true);
+  if (stays_on_host) set_congestion_control(fd, local_congestion_control, false);
+}
+
+/// Completes `choice` on connected socket `fd`, after
+/// preset_congestion_control: with the default (""), a connection that
+/// stays on the host is made sure of CUBIC (a no-op when it has it), and
+/// one accepted from another host with the listener's CUBIC goes back to
+/// the system's choice (one that something else chose, a route's congctl
+/// say, is left alone). A named choice is set (a no-op when preset).
 inline void apply_congestion_control(int fd, const std::string& choice) {
   if (choice == system_congestion_control) return;
   if (!choice.empty()) return set_congestion_control(fd, choice, true);
   if (same_host(fd)) return set_congestion_control(fd, local_congestion_control, false);
   const std::string& system = system_default_congestion_control();
-  if (!system.empty() && congestion_control_of(fd) != system) set_congestion_control(fd, system, false);
+  if (!system.empty() && congestion_control_of(fd) == local_congestion_control && system != local_congestion_control)
+    set_congestion_control(fd, system, false);
 }
 
 }  // namespace pdcoll::transport::uring_tcp::detail

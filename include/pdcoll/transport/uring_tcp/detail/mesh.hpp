@@ -172,10 +172,11 @@ struct socket_settings {
   std::string congestion_control;  ///< options::congestion_control
 };
 
-/// tune_socket and preset_congestion_control on a socket not yet connected.
-inline void prepare_socket(int fd, const socket_settings& settings) {
+/// tune_socket and preset_congestion_control on a socket not yet connected
+/// (`stays_on_host`: a listener, or a socket connecting to a local address).
+inline void prepare_socket(int fd, const socket_settings& settings, bool stays_on_host) {
   tune_socket(fd, settings.buffer_bytes);
-  preset_congestion_control(fd, settings.congestion_control);
+  preset_congestion_control(fd, settings.congestion_control, stays_on_host);
 }
 
 /// A listening socket and the "host:port" string peers connect to.
@@ -202,7 +203,7 @@ inline listener make_listener(const std::string& bind_host, int backlog, const s
   if (!out.socket.valid()) throw_errno(errno, "socket()");
   int one = 1;
   ::setsockopt(out.socket.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  prepare_socket(out.socket.get(), settings);  // accepted sockets inherit the settings
+  prepare_socket(out.socket.get(), settings, true);  // accepted sockets inherit the settings
   if (::bind(out.socket.get(), address.get(), address.length) != 0) {
     throw_errno(errno, "bind(" + bind_host + ")");
   }
@@ -280,7 +281,7 @@ inline std::vector<file_descriptor> connect_mesh(int rank, int world_size, file_
     socket_address target = parse_address(addresses[static_cast<std::size_t>(c.peer)]);
     c.socket.reset(::socket(target.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!c.socket.valid()) throw_errno(errno, "socket()");
-    prepare_socket(c.socket.get(), settings);
+    prepare_socket(c.socket.get(), settings, local_address(target.get()));
     c.state = pending_connection::phase::connecting;
     c.out = my_hello;
     c.out_offset = 0;

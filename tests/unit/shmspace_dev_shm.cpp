@@ -1,7 +1,8 @@
 // Unit tests: a /dev/shm too small for the shm endpoint's doorbell or node
 // memory. Each case runs in a forked child with its own mount namespace and a
 // 64 MiB tmpfs on /dev/shm (a container's default size), so it needs
-// CAP_SYS_ADMIN; without it the case says so and checks nothing.
+// CAP_SYS_ADMIN; without it the case says so and checks nothing. Its own
+// binary (area "shmspace"): it forks before anything has loaded libfabric.
 #include <doctest/doctest.h>
 
 #include <dirent.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,10 +31,15 @@ constexpr int no_privilege = 77;  // the child's exit status when it cannot moun
 /// In the calling (forked) process: a private mount namespace with a fresh
 /// tmpfs of `size` on /dev/shm. False when not permitted.
 bool private_dev_shm(const char* size) {
-  if (::unshare(CLONE_NEWNS) != 0) return false;
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
+  auto refused = [](const char* what) {
+    std::fprintf(stderr, "%s: %s\n", what, std::strerror(errno));
+    return false;
+  };
+  if (::unshare(CLONE_NEWNS) != 0) return refused("unshare(CLONE_NEWNS)");
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return refused("mount --make-rprivate /");
   const std::string options = std::string("size=") + size;
-  return ::mount("tmpfs", "/dev/shm", "tmpfs", 0, options.c_str()) == 0;
+  if (::mount("tmpfs", "/dev/shm", "tmpfs", 0, options.c_str()) != 0) return refused("mount tmpfs /dev/shm");
+  return true;
 }
 
 /// Names in /dev/shm starting with `prefix`.
@@ -52,7 +59,8 @@ void in_small_dev_shm(const std::function<int(rank_checks&)>& body) {
   auto outcomes = pdcoll::test::run_ranks(1, [&](int, int, const pdcoll::transport::address_exchange&) {
     if (!private_dev_shm("64m")) return no_privilege;
     rank_checks check{0};
-    return body(check) | (check.failures ? 1 : 0);
+    const int status = body(check);
+    return status | (check.failures ? 1 : 0);
   });
   if (outcomes[0].exit_code == no_privilege) {
     MESSAGE("skipped: mounting a tmpfs on /dev/shm needs CAP_SYS_ADMIN");
