@@ -15,6 +15,7 @@ set(PDCOLL_FABRIC_CASES
   "cancel_truncate|truncation is collective_mismatch*"
   "rendezvous|large messages take the single-copy rendezvous*"
   "one_way_cma|with one-way CMA the readable direction*"
+  "mixed_cma|with mixed readability every large message arrives*"
   "doorbell|an idle shm rank sleeps on its doorbell*"
   "eagain|sends beyond the provider's queue are queued*"
   "peer_killed|a receive from a peer killed*"

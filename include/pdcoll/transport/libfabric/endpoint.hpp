@@ -46,6 +46,14 @@
 // is not cancelled, as the receiver may be reading it; close() still ends
 // it. The cookie's slot (receiver, cookie % rendezvous_slots) marks the send
 // in flight; a send whose slot is still busy takes the provider's path.
+// The rendezvous goes ahead of the split, for messages of any length.
+//
+// Mixed readability: libfabric 1.17's shm decides once for all its
+// endpoints whether it copies by CMA, so where some ranks may read each
+// other and others may not, its copies between the latter fail. The setup
+// probe reads every peer; when the answers differ between pairs, every
+// rank splits what it leaves to the provider at the inject size
+// (setup_shm_peers).
 //
 // Performance: a send or receive shorter than the chunk size is one fi_tsend /
 // fi_trecv and no allocation. Split messages allocate one small record and
@@ -437,7 +445,10 @@ class fabric_endpoint final : public endpoint, private node_memory {
     auto* bytes = static_cast<const std::byte*>(buffer);
     ctx->transport_state[0] = peer_bits(peer);
     ctx->transport_state[1] = 0;
-    if (length >= rendezvous_threshold_ && length < chunk_ && rendezvous_peers_[static_cast<std::size_t>(peer)]) {
+    // The rendezvous bypasses the provider, so it also takes messages the
+    // provider would get in chunks (the notice must fit a first chunk).
+    if (length >= rendezvous_threshold_ && (length < chunk_ || chunk_ >= sizeof(detail::rendezvous_notice)) &&
+        rendezvous_peers_[static_cast<std::size_t>(peer)]) {
       std::error_code ec;
       if (post_rendezvous_send(peer, bytes, length, tag, ctx, ec, again)) return ec;
     }
@@ -1244,7 +1255,9 @@ class fabric_endpoint final : public endpoint, private node_memory {
     peer_pids_.assign(n, 0);
     peer_bells_.clear();
     peer_bells_.resize(n);
-    // Per peer: bit 0 its memory is readable, bit 1 its doorbell is mapped, bit 2 its node region is mapped.
+    // Per peer: bit 0 its memory is readable and this rank takes rendezvous
+    // notices, bit 1 its doorbell is mapped, bit 2 its node region is
+    // mapped, bit 3 its memory is readable (probed whatever the options).
     std::string verdict(n, '0');
     for (std::size_t p = 0; p < n && probes.size() == n; ++p) {
       unsigned long long pid = 0, address = 0;
@@ -1254,11 +1267,14 @@ class fabric_endpoint final : public endpoint, private node_memory {
       std::uint64_t word = 0;
       iovec local{&word, sizeof word};
       iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), sizeof word};
-      if (willing && ::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof word &&
+      if (::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof word &&
           word == probe_value) {
-        bits |= 1;
-        peer_pids_[p] = static_cast<pid_t>(pid);
-        receives_notices_ = true;
+        bits |= 8;
+        if (willing) {
+          bits |= 1;
+          peer_pids_[p] = static_cast<pid_t>(pid);
+          receives_notices_ = true;
+        }
       }
       if (static_cast<int>(p) == rank_ ? own_bell_.words != nullptr : peer_bells_[p].open(bell, finish_words))
         bits |= 2;
@@ -1287,9 +1303,41 @@ class fabric_endpoint final : public endpoint, private node_memory {
       all_ring = all_ring && (bits & 2);
     }
     if (any) rendezvous_threshold_ = threshold;
+    // libfabric's shm decides once whether it may move messages by CMA and
+    // shares that verdict between endpoints through their regions (its
+    // smr_cma_check probes one pair and copies the answer to the others),
+    // so where some ranks may read each other and others may not, the
+    // provider's copy fails (EIO) for the pairs that may not. Then every
+    // rank splits the messages it leaves to the provider at the inject
+    // size, below which shm copies through its own buffers. Every rank
+    // reads the same verdicts, so all agree on the chunk size.
+    if (verdicts.size() == n && mixed_readability(verdicts)) {
+      const std::size_t inject = info_->tx_attr->inject_size;
+      if (inject >= sizeof(detail::rendezvous_notice) && cq_data_bits_ != 0 && inject < chunk_) {
+        chunk_ = inject;
+        pdcoll::detail::log(pdcoll::detail::log_level::info, rank_,
+                            "libfabric:shm: some ranks may not read others (CMA); messages the provider moves "
+                            "are split at " + std::to_string(inject) + " bytes");
+      }
+    }
     // Some peer cannot ring it: wait() backs off instead (the mapping stays,
     // for the finish words of the peers that did map it).
     sleeps_on_bell_ = all_ring;
+  }
+
+  /// Whether some ranks may read each other's memory and others may not
+  /// (bit 3 of the verdicts, see setup_shm_peers).
+  static bool mixed_readability(const std::vector<std::string>& verdicts) noexcept {
+    bool some = false, all = true;
+    for (std::size_t p = 0; p < verdicts.size(); ++p) {
+      for (std::size_t q = 0; q < verdicts.size(); ++q) {
+        if (p == q) continue;
+        const bool readable = verdicts[p].size() == verdicts.size() && ((verdicts[p][q] - '0') & 8);
+        some = some || readable;
+        all = all && readable;
+      }
+    }
+    return some && !all;
   }
 
   void close_objects() noexcept {
