@@ -87,14 +87,11 @@ class doorbell {
   void create(bool enabled, std::size_t finish_words) noexcept {
     if (!enabled) return;
     const std::size_t bytes = doorbell_bytes(finish_words);
-    const int fd = create_shm_object("pdcoll-bell", bytes, name);
-    if (fd < 0) return;
+    void* at = create_and_map_shm_object("pdcoll-bell", bytes, name);
+    if (!at) return;
+    words = static_cast<doorbell_words*>(at);
+    mapped_bytes_ = bytes;
     linked_ = true;
-    map(fd, bytes);
-    const int error = errno;  // mmap's, for the caller's report
-    ::close(fd);
-    if (!words) unlink();
-    errno = error;
   }
 
   /// Maps a peer's doorbell by name ("-": it has none), created with
@@ -170,8 +167,8 @@ class doorbell {
 
  private:
   void map(int fd, std::size_t bytes) noexcept {
-    void* at = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (at == MAP_FAILED) return;
+    void* at = map_shm_object(fd, bytes);
+    if (!at) return;
     words = static_cast<doorbell_words*>(at);
     mapped_bytes_ = bytes;
   }

@@ -36,13 +36,8 @@ class shared_regions {
   void create(int rank, int world_size, std::size_t bytes) noexcept {
     maps_.assign(static_cast<std::size_t>(world_size), nullptr);
     bytes_ = bytes;
-    const int fd = create_shm_object("pdcoll-node", bytes, name_);
-    if (fd < 0) return;
-    maps_[static_cast<std::size_t>(rank)] = map(fd);
-    const int error = errno;  // mmap's, for the caller's report
-    ::close(fd);
-    if (!maps_[static_cast<std::size_t>(rank)]) unlink_own();
-    errno = error;
+    void* at = create_and_map_shm_object("pdcoll-node", bytes, name_);
+    maps_[static_cast<std::size_t>(rank)] = static_cast<std::byte*>(at);
   }
 
   /// The name peers open this rank's region by ("-": there is none).
@@ -84,8 +79,7 @@ class shared_regions {
 
  private:
   std::byte* map(int fd) const noexcept {
-    void* at = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    return at == MAP_FAILED ? nullptr : static_cast<std::byte*>(at);
+    return static_cast<std::byte*>(map_shm_object(fd, bytes_));
   }
 
   std::vector<std::byte*> maps_;

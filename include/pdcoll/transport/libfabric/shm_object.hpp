@@ -50,4 +50,29 @@ inline int create_shm_object(std::string_view prefix, std::size_t bytes, std::st
   return fd;
 }
 
+/// Maps `bytes` of the shared memory object open as `fd`, read-write and
+/// shared. Returns the mapping, or nullptr with mmap's errno.
+inline void* map_shm_object(int fd, std::size_t bytes) noexcept {
+  void* at = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return at == MAP_FAILED ? nullptr : at;
+}
+
+/// Creates an object as create_shm_object does and maps it. Returns the
+/// mapping and sets `name`, or returns nullptr, sets errno (shm_open's,
+/// posix_fallocate's or mmap's, for the caller's report) and leaves nothing
+/// behind.
+inline void* create_and_map_shm_object(std::string_view prefix, std::size_t bytes, std::string& name) noexcept {
+  const int fd = create_shm_object(prefix, bytes, name);
+  if (fd < 0) return nullptr;
+  void* at = map_shm_object(fd, bytes);
+  const int error = errno;
+  ::close(fd);
+  if (!at) {
+    ::shm_unlink(name.c_str());
+    name.clear();
+    errno = error;
+  }
+  return at;
+}
+
 }  // namespace pdcoll::transport::libfabric::detail

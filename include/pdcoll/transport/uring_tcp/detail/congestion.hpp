@@ -28,7 +28,6 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -38,6 +37,8 @@
 #include <cstring>
 #include <string>
 #include <system_error>
+
+#include "pdcoll/transport/uring_tcp/detail/interfaces.hpp"
 
 namespace pdcoll::transport::uring_tcp::detail {
 
@@ -116,20 +117,14 @@ inline bool local_address(const sockaddr* address) noexcept {
   } else {
     return false;
   }
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return false;
-  bool found = false;
-  for (ifaddrs* it = list; it && !found; it = it->ifa_next) {
-    if (!it->ifa_addr || it->ifa_addr->sa_family != address->sa_family) continue;
+  return find_interface_address([&](const ifaddrs& it) {
+    if (it.ifa_addr->sa_family != address->sa_family) return false;
     if (address->sa_family == AF_INET)
-      found = reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr.s_addr ==
-              reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr;
-    else
-      found = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(it->ifa_addr)->sin6_addr,
-                          &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, sizeof(in6_addr)) == 0;
-  }
-  ::freeifaddrs(list);
-  return found;
+      return reinterpret_cast<const sockaddr_in*>(it.ifa_addr)->sin_addr.s_addr ==
+             reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr;
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(it.ifa_addr)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, sizeof(in6_addr)) == 0;
+  });
 }
 
 /// Applies options::congestion_control `choice` to a socket before

@@ -9,7 +9,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -31,6 +30,7 @@
 
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/uring_tcp/detail/congestion.hpp"
+#include "pdcoll/transport/uring_tcp/detail/interfaces.hpp"
 
 namespace pdcoll::transport::uring_tcp::detail {
 
@@ -138,18 +138,15 @@ inline socket_address parse_address(std::string_view text) {
 /// 127.0.0.1: what peers on other hosts can most likely reach when the user
 /// named no address.
 inline std::string default_advertised_host() {
-  ifaddrs* list = nullptr;
   std::string chosen = "127.0.0.1";
-  if (::getifaddrs(&list) != 0) return chosen;
-  for (ifaddrs* it = list; it; it = it->ifa_next) {
-    if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET) continue;
-    if (!(it->ifa_flags & IFF_UP) || (it->ifa_flags & IFF_LOOPBACK)) continue;
+  find_interface_address([&](const ifaddrs& it) {
+    if (it.ifa_addr->sa_family != AF_INET || !(it.ifa_flags & IFF_UP) || (it.ifa_flags & IFF_LOOPBACK)) return false;
     char host[INET_ADDRSTRLEN] = {};
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr, host, sizeof host);
-    chosen = host;
-    break;
-  }
-  ::freeifaddrs(list);
+    if (!::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(it.ifa_addr)->sin_addr, host, sizeof host))
+      return false;
+    chosen = host;  // at most 15 characters: no allocation
+    return true;
+  });
   return chosen;
 }
 
