@@ -32,9 +32,10 @@
 #   bench/compare.sh --max 16M --iters 5 # quick smoke
 #
 # Options: --min BYTES (4K) --max BYTES (256M) --factor F (4) --iters N (10)
-# --warmup N (2) --small-iters N (200: iterations and, over 10, warm-ups
+# --warmup N (2) --small-iters N (1000: iterations and, over 10, warm-ups
 # of the sizes below 1 MiB, whose microseconds a median of 10 cannot
-# resolve) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
+# resolve; with 4 ranks on 2 cores a median of 200 still moved by 20-30 %
+# between runs) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
 # --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling) --rounds N (1:
@@ -47,7 +48,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-min=4K max=256M factor=4 iters=10 warmup=2 small_iters=200 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
+min=4K max=256M factor=4 iters=10 warmup=2 small_iters=1000 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
 ceiling_lengths="16K 128K 1M" ceiling_seconds=3 rounds=1
 while (($#)); do
   case "$1" in
@@ -65,7 +66,7 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
