@@ -252,6 +252,9 @@ struct deferred_post {
 /// Remote CQ data of a rendezvous notice: this flag, the sender's rank in
 /// bits 40..62, a per-peer cookie in bits 0..39.
 inline constexpr std::uint64_t rendezvous_flag = std::uint64_t{1} << 63;
+/// libfabric shm's inject size for host memory (SMR_INJECT_SIZE): messages
+/// up to it go through the provider's own buffers, never by CMA.
+inline constexpr std::size_t shm_inject_bytes = 4096;
 inline constexpr std::uint64_t rendezvous_cookie_mask = (std::uint64_t{1} << 40) - 1;
 /// Tag bits of a finish message (with reserved_tag_bits and the cookie).
 inline constexpr std::uint64_t finish_bit = std::uint64_t{1} << 62;
@@ -447,7 +450,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     ctx->transport_state[1] = 0;
     // The rendezvous bypasses the provider, so it also takes messages the
     // provider would get in chunks (the notice must fit a first chunk).
-    if (length >= rendezvous_threshold_ && (length < chunk_ || chunk_ >= sizeof(detail::rendezvous_notice)) &&
+    if (length >= rendezvous_threshold_ && chunk_ >= sizeof(detail::rendezvous_notice) &&
         rendezvous_peers_[static_cast<std::size_t>(peer)]) {
       std::error_code ec;
       if (post_rendezvous_send(peer, bytes, length, tag, ctx, ec, again)) return ec;
@@ -1250,7 +1253,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     const std::string mine = std::to_string(::getpid()) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
                              (own_bell_.name.empty() ? std::string("-") : own_bell_.name) + " " +
-                             node_regions_.own_name();
+                             node_regions_.own_name() + " " + std::to_string(info_->tx_attr->inject_size);
     const auto probes = exchange(mine);
     peer_pids_.assign(n, 0);
     peer_bells_.clear();
@@ -1259,10 +1262,15 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // notices, bit 1 its doorbell is mapped, bit 2 its node region is
     // mapped, bit 3 its memory is readable (probed whatever the options).
     std::string verdict(n, '0');
+    // The smallest inject size any rank's provider reported (FI_HMEM
+    // endpoints report 0): the chunk size for mixed readability, below.
+    std::size_t smallest_inject = SIZE_MAX;
     for (std::size_t p = 0; p < n && probes.size() == n; ++p) {
-      unsigned long long pid = 0, address = 0;
+      unsigned long long pid = 0, address = 0, inject = 0;
       char bell[128] = {}, region[128] = {};
-      if (std::sscanf(probes[p].c_str(), "%llu %llu %127s %127s", &pid, &address, bell, region) != 4) continue;
+      if (std::sscanf(probes[p].c_str(), "%llu %llu %127s %127s %llu", &pid, &address, bell, region, &inject) != 5)
+        continue;
+      if (inject >= sizeof(detail::rendezvous_notice)) smallest_inject = std::min<std::size_t>(smallest_inject, inject);
       int bits = 0;
       std::uint64_t word = 0;
       iovec local{&word, sizeof word};
@@ -1310,10 +1318,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // provider's copy fails (EIO) for the pairs that may not. Then every
     // rank splits the messages it leaves to the provider at the inject
     // size, below which shm copies through its own buffers. Every rank
-    // reads the same verdicts, so all agree on the chunk size.
+    // reads the same probes and verdicts, so all agree on the chunk size
+    // (the smallest inject size published, whatever each rank's FI_HMEM).
     if (verdicts.size() == n && mixed_readability(verdicts)) {
-      const std::size_t inject = info_->tx_attr->inject_size;
-      if (inject >= sizeof(detail::rendezvous_notice) && cq_data_bits_ != 0 && inject < chunk_) {
+      const std::size_t inject = smallest_inject == SIZE_MAX ? detail::shm_inject_bytes : smallest_inject;
+      if (cq_data_bits_ != 0 && inject < chunk_) {
         chunk_ = inject;
         pdcoll::detail::log(pdcoll::detail::log_level::info, rank_,
                             "libfabric:shm: some ranks may not read others (CMA); messages the provider moves "

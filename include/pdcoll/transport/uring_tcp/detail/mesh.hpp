@@ -138,16 +138,13 @@ inline socket_address parse_address(std::string_view text) {
 /// 127.0.0.1: what peers on other hosts can most likely reach when the user
 /// named no address.
 inline std::string default_advertised_host() {
-  std::string chosen = "127.0.0.1";
-  find_interface_address([&](const ifaddrs& it) {
+  char host[INET_ADDRSTRLEN] = {};
+  const bool found = find_interface_address([&](const ifaddrs& it) {
     if (it.ifa_addr->sa_family != AF_INET || !(it.ifa_flags & IFF_UP) || (it.ifa_flags & IFF_LOOPBACK)) return false;
-    char host[INET_ADDRSTRLEN] = {};
-    if (!::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(it.ifa_addr)->sin_addr, host, sizeof host))
-      return false;
-    chosen = host;  // at most 15 characters: no allocation
-    return true;
+    return ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(it.ifa_addr)->sin_addr, host, sizeof host) !=
+           nullptr;
   });
-  return chosen;
+  return found ? std::string(host) : std::string("127.0.0.1");
 }
 
 /// Socket options every connection gets. Buffer sizes must be set before
