@@ -87,11 +87,8 @@ class doorbell {
   void create(bool enabled, std::size_t finish_words) noexcept {
     if (!enabled) return;
     const std::size_t bytes = doorbell_bytes(finish_words);
-    void* at = create_and_map_shm_object("pdcoll-bell", bytes, name);
-    if (!at) return;
-    words = static_cast<doorbell_words*>(at);
-    mapped_bytes_ = bytes;
-    linked_ = true;
+    attach(create_and_map_shm_object("pdcoll-bell", bytes, name), bytes);
+    linked_ = words != nullptr;
   }
 
   /// Maps a peer's doorbell by name ("-": it has none), created with
@@ -102,7 +99,8 @@ class doorbell {
     if (fd < 0) return false;
     const std::size_t bytes = doorbell_bytes(finish_words);
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= bytes) map(fd, bytes);
+    if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= bytes)
+      attach(map_shm_object(fd, bytes), bytes);
     ::close(fd);
     return words != nullptr;
   }
@@ -166,8 +164,8 @@ class doorbell {
   std::string name;                 ///< the shm name (own doorbell)
 
  private:
-  void map(int fd, std::size_t bytes) noexcept {
-    void* at = map_shm_object(fd, bytes);
+  /// Takes a mapping of `bytes` (nullptr: none).
+  void attach(void* at, std::size_t bytes) noexcept {
     if (!at) return;
     words = static_cast<doorbell_words*>(at);
     mapped_bytes_ = bytes;

@@ -252,10 +252,10 @@ struct deferred_post {
 /// Remote CQ data of a rendezvous notice: this flag, the sender's rank in
 /// bits 40..62, a per-peer cookie in bits 0..39.
 inline constexpr std::uint64_t rendezvous_flag = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t rendezvous_cookie_mask = (std::uint64_t{1} << 40) - 1;
 /// libfabric shm's inject size for host memory (SMR_INJECT_SIZE): messages
 /// up to it go through the provider's own buffers, never by CMA.
 inline constexpr std::size_t shm_inject_bytes = 4096;
-inline constexpr std::uint64_t rendezvous_cookie_mask = (std::uint64_t{1} << 40) - 1;
 /// Tag bits of a finish message (with reserved_tag_bits and the cookie).
 inline constexpr std::uint64_t finish_bit = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t finish_failed_bit = std::uint64_t{1} << 61;

@@ -51,7 +51,8 @@ class shared_regions {
     const int fd = ::shm_open(name, O_RDWR, 0);
     if (fd < 0) return false;
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes_) slot = map(fd);
+    if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes_)
+      slot = static_cast<std::byte*>(map_shm_object(fd, bytes_));
     ::close(fd);
     return slot != nullptr;
   }
@@ -78,10 +79,6 @@ class shared_regions {
   std::size_t bytes() const noexcept { return bytes_; }
 
  private:
-  std::byte* map(int fd) const noexcept {
-    return static_cast<std::byte*>(map_shm_object(fd, bytes_));
-  }
-
   std::vector<std::byte*> maps_;
   std::size_t bytes_ = 0;
   std::string name_;
