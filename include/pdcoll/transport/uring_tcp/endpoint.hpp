@@ -980,9 +980,12 @@ class tcp_endpoint final : public transport::endpoint {
   // ---- submission --------------------------------------------------------
 
   /// Whether the kernel holds completion work that our next system call
-  /// runs (IORING_SQ_TASKRUN; never set on kernels without TASKRUN_FLAG).
+  /// runs (IORING_SQ_TASKRUN; never set on kernels without TASKRUN_FLAG),
+  /// or completions that did not fit the CQ (IORING_SQ_CQ_OVERFLOW), which
+  /// only an entry with GETEVENTS (io_uring_get_events) moves into it:
+  /// without this check wait()'s polling missed them until it slept.
   bool task_work_pending() const noexcept {
-    return (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+    return (IO_URING_READ_ONCE(*ring_.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
   }
 
   io_uring_sqe* next_sqe() noexcept {
