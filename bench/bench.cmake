@@ -31,3 +31,10 @@ if(CLI11_FOUND)
   add_executable(tcp_ring_exchange ${CMAKE_CURRENT_LIST_DIR}/tcp_ring_exchange.cpp)
   target_link_libraries(tcp_ring_exchange PRIVATE pdcoll::pdcoll CLI11::CLI11)
 endif()
+
+# The floor under a small all-reduce over TCP loopback (bench/tcp_latency_floor.cpp):
+# recursive doubling on plain sockets, to set pdcoll's 8-byte latency against.
+if(CLI11_FOUND)
+  add_executable(tcp_latency_floor ${CMAKE_CURRENT_LIST_DIR}/tcp_latency_floor.cpp)
+  target_link_libraries(tcp_latency_floor PRIVATE pdcoll::pdcoll CLI11::CLI11)
+endif()

@@ -11,6 +11,10 @@
 #               (bench/tcp_ceiling.py), skipped with a note if iperf3 is missing;
 #               and the ring's traffic over plain sockets at each size from
 #               1 MiB, no reduction (bench/tcp_ring_exchange.cpp)
+#   tcp-floor   the 8-byte all-reduce by recursive doubling on plain sockets,
+#               no library (bench/tcp_latency_floor.cpp), once per round
+#               before the libraries: the table's TCP sections set pdcoll's
+#               latency against it
 # with ranks bound to a core each where there are enough cores (pdcoll-run's
 # default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by
 # default), plus an 8-byte latency row per library (the mean of 2000
@@ -66,17 +70,18 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 if ((do_build)); then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_ring_exchange
+  cmake --build "$build" -j 2 --target pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_ring_exchange \
+    tcp_latency_floor
 fi
 bin=$build/bench
-for p in pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_ring_exchange; do
+for p in pdcoll-bench mpi_allreduce_bench gloo_allreduce_bench tcp_ring_exchange tcp_latency_floor; do
   [ -x "$bin/$p" ] || { echo "compare.sh: $bin/$p is missing (scripts/install-deps.sh --bench, then build)" >&2; exit 1; }
 done
 
@@ -157,6 +162,15 @@ fi
 exchange=("$raw"/exchange/*.csv)
 [ -e "${exchange[0]}" ] || exchange=()
 
+# The latency floor for R ranks (bench/tcp_latency_floor.cpp), the 8-byte
+# options of the libraries' latency rows.
+mkdir -p "$raw/floor"
+run_floor() {
+  (($1 > 1)) || return 0
+  run "tcp-latency-floor-n$1" tools/pdcoll-run -n "$1" --timeout "$timeout_s" "$bin/tcp_latency_floor" \
+    -b 8 -e 8 -n 2000 -w 200 --timing mean --csv "$raw/floor/$((n++)).csv"
+}
+
 # One library's runs for R ranks: run_pdcoll R, run_openmpi R, run_gloo R.
 run_pdcoll() {
   local config t domain algo what
@@ -203,12 +217,15 @@ run_gloo() {
 libraries=(pdcoll openmpi gloo)
 for round in $(seq "$rounds"); do
   for r in $ranks; do
+    run_floor "$r"
     for k in 0 1 2; do
       "run_${libraries[$(((round - 1 + k) % 3))]}" "$r"
     done
   done
 done
 
+floor=("$raw"/floor/*.csv)
+[ -e "${floor[0]}" ] || floor=()
 py=python3  # Debian's python3-matplotlib lives in /usr/bin/python3, which a pyenv shim may hide
 python3 -c "import matplotlib" 2>/dev/null || py=/usr/bin/python3
 if [ -f "$ceiling" ]; then
@@ -219,13 +236,15 @@ if [ -f "$ceiling" ]; then
   python3 bench/tcp_ceiling.py rows --measured "$ceiling" --out "$raw/ceiling/rows.csv" "$raw"/*.csv
   "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
     "$raw"/*.csv "$raw/ceiling/rows.csv" "${exchange[@]}"
-  "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/ceiling/libraries.csv" --table "$out/compare.md" "$raw"/*.csv
+  "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/ceiling/libraries.csv" --table "$out/compare.md" \
+    --floor "${floor[@]}" -- "$raw"/*.csv
   python3 bench/tcp_ceiling.py table --measured "$ceiling" --cores "$(nproc)" \
     "${exchange[@]/#/--exchange=}" "$raw"/*.csv >>"$out/compare.md"
 else
   echo "compare.sh: no TCP ceiling this run (see above); compare.md has no ceiling ratios" | tee -a "$log"
   "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" "$raw"/*.csv "${exchange[@]}"
-  "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/libraries.csv.tmp" --table "$out/compare.md" "$raw"/*.csv
+  "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/libraries.csv.tmp" --table "$out/compare.md" \
+    --floor "${floor[@]}" -- "$raw"/*.csv
 fi
 cat "$out/compare.md"
 echo "compare.sh: wrote $out/compare.csv, $out/compare.png, $out/compare.md$([ -f "$ceiling" ] && echo ", $ceiling") (full output: $log)"

@@ -17,6 +17,9 @@ in-place rows are used (the placement every library has). Writes:
            io_uring vs Open MPI tcp and Gloo), the best pdcoll busbw over the
            best baseline's for each size, and the 8-byte latency of each
            (with the statistic the runs' timing column names).
+  --floor  CSVs of bench/tcp_latency_floor (recursive doubling on plain
+           sockets): the TCP sections of --table get its 8-byte time and
+           pdcoll's over it, the part of pdcoll's latency that is its own.
 """
 
 import argparse
@@ -128,7 +131,7 @@ def fastest(rows, pred, size):
     return min(cands) if cands else None
 
 
-def table(rows, cores):
+def table(rows, cores, floor=()):
     lines = ["# pdcoll vs the best baseline (all_reduce fp32 sum, in place; ratio = pdcoll busbw / baseline busbw)", ""]
     for n in sorted({r["ranks"] for r in rows}):
         note = f" — OVERSUBSCRIBED ({n} ranks on {cores} cores)" if n > cores else ""
@@ -151,6 +154,10 @@ def table(rows, cores):
                 stat = lp[2] if lp[2] == lb[2] else f"{lp[2]} vs {lb[2]}"
                 lines.append(f"| 8B latency ({stat}) | {lp[0]:.2f} us | {lp[1]} | {lb[0]:.2f} us | {lb[1]} | "
                              f"{lb[0] / lp[0]:.2f} (baseline time / pdcoll time) |")
+            lf = fastest(floor, lambda r, n=n: r["ranks"] == n, 8) if cls == "tcp" else None
+            if lp and lf:
+                lines.append(f"| 8B floor ({lf[2]}) | {lf[0]:.2f} us | {lf[1]} (plain sockets, no library) | | | "
+                             f"{lp[0] / lf[0]:.2f} (pdcoll time / floor time) |")
             lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -161,6 +168,7 @@ def main():
     ap.add_argument("--csv", required=True)
     ap.add_argument("--png")
     ap.add_argument("--table")
+    ap.add_argument("--floor", nargs="*", default=[], help="bench/tcp_latency_floor CSVs (for --table)")
     ap.add_argument("inputs", nargs="+")
     a = ap.parse_args()
     rows = load(a.inputs)
@@ -172,7 +180,7 @@ def main():
         plot(rows, a.png, a.cores)
     if a.table:
         with open(a.table, "w") as f:
-            f.write(table(rows, a.cores))
+            f.write(table(rows, a.cores, load(a.floor)))
     return 0
 
 
