@@ -33,6 +33,7 @@
 // against pdcoll's 80.4 (65.9-106.1) and Open MPI's 85.6 (72.5-98.6).
 #include "bench_report.hpp"
 
+#include <pdcoll/algorithm/detail/partition.hpp>
 #include <pdcoll/bootstrap/detail/socket.hpp>
 #include <pdcoll/pdcoll.hpp>
 #include <pdcoll/transport/poll_policy.hpp>
@@ -120,25 +121,20 @@ std::vector<unique_fd> connect_mesh(pdcoll::job& job, std::chrono::milliseconds 
 class recursive_doubling {
  public:
   recursive_doubling(std::vector<unique_fd>& links, int rank, wait_mode mode, std::chrono::microseconds poll)
-      : links_(links), rank_(rank), size_(static_cast<int>(links.size())), mode_(mode), poll_(poll) {
-    while (pow2_ * 2 <= size_) pow2_ *= 2;
-    extra_ = size_ - pow2_;
-  }
+      : links_(links), rank_(rank), fold_(static_cast<int>(links.size())), mode_(mode), poll_(poll) {}
 
   /// All-reduces `data` (float sum) in place; throws std::system_error.
   void run(std::vector<float>& data) {
     incoming_.resize(data.size());
-    const bool folded = rank_ < 2 * extra_;
-    const bool sits_out = folded && rank_ % 2 == 0;
+    const bool folded = rank_ < 2 * fold_.extra;
+    const bool sits_out = fold_.sits_out(rank_);
     if (folded) {
       if (sits_out) send(rank_ + 1, data);
       else receive_and_add(rank_ - 1, data);
     }
-    if (!sits_out) {
-      const int active = folded ? rank_ / 2 : rank_ - extra_;
-      for (int mask = 1; mask < pow2_; mask <<= 1) {
-        const int a = active ^ mask;
-        const int partner = a < extra_ ? 2 * a + 1 : a + extra_;
+    if (const int active = fold_.active_rank(rank_); active >= 0) {
+      for (int mask = 1; mask < fold_.pow2; mask <<= 1) {
+        const int partner = fold_.real_rank(active ^ mask);
         send(partner, data);
         receive_and_add(partner, data);
       }
@@ -233,10 +229,10 @@ class recursive_doubling {
   int fd(int peer) const { return links_[static_cast<std::size_t>(peer)].get(); }
 
   std::vector<unique_fd>& links_;
-  int rank_, size_;
+  int rank_;
+  pdcoll::algo::detail::fold fold_;
   wait_mode mode_;
   std::chrono::microseconds poll_;
-  int pow2_ = 1, extra_ = 0;
   std::vector<float> incoming_;
   std::vector<std::byte> message_;
 };
