@@ -14,6 +14,10 @@
 //                 blocking recv (uring_tcp's wait, default 20 us, PDCOLL_POLL_US)
 //   --wait block  a blocking recv at once
 //   --wait spin   recv(MSG_DONTWAIT) and sched_yield, never sleeping
+// --step-work-ns N spins N ns before each send and after each receive: what
+// a library's own work per step costs once ranks outnumber cores (session
+// 26, 4 ranks on 2 cores, 8 bytes, medians of 5 alternated runs: 57 us
+// without, 63 us with 500 ns, 67 us with 1,000 ns; design-notes item 25).
 // Nothing here can be faster than the kernel's TCP path and the scheduler,
 // so the gap between this and pdcoll-bench (--transport uring, same sizes)
 // is what the library's own work and waiting cost.
@@ -120,8 +124,10 @@ std::vector<unique_fd> connect_mesh(pdcoll::job& job, std::chrono::milliseconds 
 /// Recursive doubling over the mesh, waiting as `mode` says.
 class recursive_doubling {
  public:
-  recursive_doubling(std::vector<unique_fd>& links, int rank, wait_mode mode, std::chrono::microseconds poll)
-      : links_(links), rank_(rank), fold_(static_cast<int>(links.size())), mode_(mode), poll_(poll) {}
+  recursive_doubling(std::vector<unique_fd>& links, int rank, wait_mode mode, std::chrono::microseconds poll,
+                     std::chrono::nanoseconds step_work)
+      : links_(links), rank_(rank), fold_(static_cast<int>(links.size())), mode_(mode), poll_(poll),
+        step_work_(step_work) {}
 
   /// All-reduces `data` (float sum) in place; throws std::system_error.
   void run(std::vector<float>& data) {
@@ -135,8 +141,10 @@ class recursive_doubling {
     if (const int active = fold_.active_rank(rank_); active >= 0) {
       for (int mask = 1; mask < fold_.pow2; mask <<= 1) {
         const int partner = fold_.real_rank(active ^ mask);
+        work();
         send(partner, data);
         receive_and_add(partner, data);
+        work();
       }
     }
     if (folded) {
@@ -173,6 +181,15 @@ class recursive_doubling {
           --m.msg_iovlen;
         }
       }
+    }
+  }
+
+  /// --step-work-ns: CPU time spent as a library's own work would be (a spin
+  /// on the clock), before each send and after each receive.
+  void work() const noexcept {
+    if (step_work_.count() == 0) return;
+    const auto until = clock_type::now() + step_work_;
+    while (clock_type::now() < until) {
     }
   }
 
@@ -233,6 +250,7 @@ class recursive_doubling {
   pdcoll::algo::detail::fold fold_;
   wait_mode mode_;
   std::chrono::microseconds poll_;
+  std::chrono::nanoseconds step_work_;
   std::vector<float> incoming_;
   std::vector<std::byte> message_;
 };
@@ -242,6 +260,7 @@ struct options {
   double factor = 2;
   int iters = 2000, warmup = 200;
   long poll_us = -1;
+  long step_work_ns = 0;
 };
 
 }  // namespace
@@ -263,6 +282,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"poll", "block", "spin"}));
   app.add_option("--poll-us", o.poll_us, "how long --wait poll polls (default: uring_tcp's, PDCOLL_POLL_US or 20)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--step-work-ns", o.step_work_ns,
+                 "CPU work (a spin) before each send and after each receive, as a library's would be")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--csv", o.csv, "also write the rows to this CSV file (rank 0)");
   app.add_option("--json", o.json, "also write the rows to this JSON file (rank 0)");
@@ -293,10 +316,11 @@ int main(int argc, char** argv) {
           o.csv, o.json);
       std::printf("# tcp_latency_floor  ranks %d  wait %s", n, o.wait.c_str());
       if (mode == wait_mode::poll) std::printf(" %lld us", static_cast<long long>(poll.count()));
+      if (o.step_work_ns > 0) std::printf("  step work %ld ns", o.step_work_ns);
       std::printf("  (recursive doubling on plain sockets; in-place column)\n");
       report->print_header();
     }
-    recursive_doubling algorithm(links, rank, mode, poll);
+    recursive_doubling algorithm(links, rank, mode, poll, std::chrono::nanoseconds(o.step_work_ns));
     for (const std::size_t requested : sizes) {
       pdcoll::bench::row row;
       row.count = std::max<std::size_t>(requested / sizeof(float), 1);
