@@ -300,9 +300,11 @@ class communicator final : private exec::progress_driver {
     return endpoint_closed_;
   }
 
-  /// Polls the transport once and runs what completed; returns whether
-  /// anything happened. Blocks on the transport's wait object up to `until`
-  /// when nothing did. Safe from any thread (one drives at a time).
+  /// Polls the transport and runs what completed; returns whether anything
+  /// happened. Blocks on the transport's wait object up to `until` when
+  /// nothing did. As the only registered driver it keeps going until an
+  /// operation ends (or `until`); with others it returns after any work.
+  /// Safe from any thread (one drives at a time).
   bool drive(std::chrono::steady_clock::time_point until) noexcept override {
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock()) {
@@ -320,29 +322,38 @@ class communicator final : private exec::progress_driver {
         if (outermost) self.flush_abort_notices();
       }
     } ending{*this, outermost};
+    const std::uint64_t ended_before = ended_operations_;
     std::size_t n = progress_turn();
-    if (n == 0) {
-      if (driver_registered_ && active_count_ == 0 && notices_in_flight_ == 0) {
-        // Idle since the last operation ended: leave the registry now rather
-        // than when that operation ended, so that a thread issuing collectives
-        // one after another registers once (see register_driver_if_pending).
-        exec::progress_drivers::unregister_driver(this);
-        driver_registered_ = false;
-        return false;
-      }
+    if (n == 0 && driver_registered_ && active_count_ == 0 && notices_in_flight_ == 0) {
+      // Idle since the last operation ended: leave the registry now rather
+      // than when that operation ended, so that a thread issuing collectives
+      // one after another registers once (see register_driver_if_pending).
+      exec::progress_drivers::unregister_driver(this);
+      driver_registered_ = false;
+      return false;
+    }
+    // Completions that only moved operations along (a step's message came
+    // in, the next step's went out) give the caller nothing to run. As the
+    // only driver, keep going until an operation ends: back up through the
+    // caller's run_loop and the driver registry, each step of a collective
+    // cost five lock round trips and a clock read. With other drivers
+    // registered, return after any work so that they get their turn.
+    const bool stay = exec::progress_drivers::size() == 1;
+    bool did_work = n > 0;
+    while (!(did_work && !stay) && ended_operations_ == ended_before &&
+           (active_ != nullptr || notices_in_flight_ != 0)) {
+      const auto limit = std::min(until, earliest_deadline_locked());
+      if (limit <= std::chrono::steady_clock::now()) break;
       // Wait until something runs or `limit`. A wake-up that runs nothing (a
       // peer rang for a flag this rank needs, but not the last one) waits
       // again here: returning false would send the caller's run_loop to sleep
       // on its own condition variable for the rest of its horizon (1 ms),
       // where no peer's ring reaches it.
-      for (auto limit = std::min(until, earliest_deadline_locked()); limit > std::chrono::steady_clock::now();
-           limit = std::min(until, earliest_deadline_locked())) {
-        endpoint_->wait(limit);
-        n = progress_turn();
-        if (n > 0 || (active_ == nullptr && notices_in_flight_ == 0)) break;
-      }
+      if (n == 0) endpoint_->wait(limit);
+      n = progress_turn();
+      did_work = did_work || n > 0;
     }
-    return n > 0;
+    return did_work;
   }
 
   /// Registers `region` for the duration of an operation (through the cache
@@ -483,6 +494,7 @@ class communicator final : private exec::progress_driver {
     if (op.next_active) op.next_active->prev_active = op.prev_active;
     op.prev_active = op.next_active = nullptr;
     --active_count_;  // the driver stays registered until its next drive() finds the communicator idle
+    ++ended_operations_;
   }
   /// Marks `op` as asked to stop (from any thread, without the lock; the
   /// driving thread cancels its transfers).
@@ -739,6 +751,7 @@ class communicator final : private exec::progress_driver {
   std::atomic<bool> stop_pending_{false};
   detail::operation_base* active_ = nullptr;
   std::size_t active_count_ = 0;
+  std::uint64_t ended_operations_ = 0;  // end_operation() calls: drive() returns when one ends
   bool driver_registered_ = false;
   std::uint64_t next_seq_ = 0;
   std::vector<std::byte*> node_regions_;  // see node_regions()

@@ -3,51 +3,9 @@
 // thread inside an allocation_counter scope.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-#include <new>
-
 #include "pdcoll/exec/exec.hpp"
+#include "unit/allocation_counter.hpp"
 #include "unit/exec_support.hpp"
-
-namespace {
-thread_local bool counting = false;
-thread_local long allocations = 0;
-
-/// Counts this thread's allocations while it lives.
-struct allocation_counter {
-  allocation_counter() {
-    allocations = 0;
-    counting = true;
-  }
-  ~allocation_counter() { counting = false; }
-  long count() const { return allocations; }
-};
-
-void* counted_alloc(std::size_t size) {
-  if (counting) ++allocations;
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc{};
-}
-void* counted_aligned_alloc(std::size_t size, std::align_val_t align) {
-  if (counting) ++allocations;
-  const auto a = static_cast<std::size_t>(align);
-  if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a)) return p;
-  throw std::bad_alloc{};
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc(size); }
-void* operator new[](std::size_t size) { return counted_alloc(size); }
-void* operator new(std::size_t size, std::align_val_t align) { return counted_aligned_alloc(size, align); }
-void* operator new[](std::size_t size, std::align_val_t align) { return counted_aligned_alloc(size, align); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace ex = pdcoll::exec;
 namespace test = pdcoll::exec::test;

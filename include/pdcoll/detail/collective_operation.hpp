@@ -288,7 +288,8 @@ class collective_op_base : public collective_context, public operation_base {
 
   // collective_context
   buffer_desc scratch(std::size_t nbytes) override {
-    auto& block = scratch_.emplace_back();
+    auto& block = inline_scratch_used_ < inline_scratch_blocks ? inline_scratch_[inline_scratch_used_++]
+                                                                 : scratch_.emplace_back();
     return block.allocate(*comm_, working_domain_, nbytes);
   }
 
@@ -905,6 +906,8 @@ class collective_op_base : public collective_context, public operation_base {
     task_.reset();  // the frame is suspended at its final point (or absent)
     small_.reset();
     slots_.reset();
+    for (std::size_t i = 0; i < inline_scratch_used_; ++i) inline_scratch_[i].release();
+    inline_scratch_used_ = 0;
     scratch_.clear();
     input_lease_.release();
     output_lease_.release();
@@ -949,6 +952,11 @@ class collective_op_base : public collective_context, public operation_base {
   domain_access working_domain_;
   registration_lease input_lease_;
   registration_lease output_lease_;
+  // Scratch blocks: the first ones inside the operation (most algorithms
+  // take one or two), the rest in the vector.
+  static constexpr std::size_t inline_scratch_blocks = 2;
+  scratch_block inline_scratch_[inline_scratch_blocks];
+  std::size_t inline_scratch_used_ = 0;
   std::vector<scratch_block> scratch_;
   // staged path
   std::unique_ptr<staged_chunk[]> slots_;

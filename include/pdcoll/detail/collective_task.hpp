@@ -10,27 +10,33 @@
 //     if (auto ec = co_await step) co_return ec;
 //     ctx.reduce(data, offset, scratch, 0, count);
 //
-// The batch's transfers live in the coroutine frame, so a completion leads
-// straight back to its transfer and batch (no lookup, no allocation per
-// message beyond the batch's own vector). A batch whose transfer fails cancels
-// its siblings and completes only when every transfer has completed: the
-// transport never holds a pointer into a frame that is gone.
+// The batch's transfers live in the coroutine frame (up to four inside the
+// batch itself, more on the heap), so a completion leads straight back to its
+// transfer and batch, with no lookup and, for a usual step, no allocation;
+// the frames themselves come from a per-thread cache (frame_cache.hpp). A
+// batch whose transfer fails cancels its siblings and completes only when
+// every transfer has completed: the transport never holds a pointer into a
+// frame that is gone.
 #pragma once
 
+#include <pdcoll/detail/frame_cache.hpp>
 #include <pdcoll/error.hpp>
 #include <pdcoll/transport/endpoint.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace pdcoll::detail {
 
@@ -66,6 +72,11 @@ class [[nodiscard]] collective_task {
     std::coroutine_handle<> continuation;
     void (*on_done)(void* owner) noexcept = nullptr;
     void* owner = nullptr;
+
+    /// Frames come from the thread's frame cache (frame_cache.hpp): a
+    /// collective repeated in a loop reuses them.
+    static void* operator new(std::size_t bytes) { return frame_cache::allocate(bytes); }
+    static void operator delete(void* frame, std::size_t bytes) noexcept { frame_cache::deallocate(frame, bytes); }
 
     collective_task get_return_object() noexcept { return collective_task{handle::from_promise(*this)}; }
     std::suspend_always initial_suspend() const noexcept { return {}; }
@@ -159,7 +170,7 @@ class transfer_batch {
  public:
   /// A batch of `owner`'s operation; `expected_transfers` reserves space.
   explicit transfer_batch(batch_owner& owner, std::size_t expected_transfers = 2) : owner_(&owner) {
-    transfers_.reserve(expected_transfers);
+    if (expected_transfers > inline_transfers) grow(expected_transfers);
   }
   transfer_batch(const transfer_batch&) = delete;
   transfer_batch& operator=(const transfer_batch&) = delete;
@@ -187,10 +198,10 @@ class transfer_batch {
     add(true, peer, buf, offset, bytes, index);
   }
   /// True when nothing was added.
-  bool empty() const noexcept { return transfers_.empty(); }
+  bool empty() const noexcept { return size_ == 0; }
   /// True when the batch holds a send to `peer`.
   bool sends_to(int peer) const noexcept {
-    for (const auto& t : transfers_)
+    for (const auto& t : transfers())
       if (!t.receive && t.peer == peer) return true;
     return false;
   }
@@ -199,12 +210,12 @@ class transfer_batch {
   void post() noexcept {
     if (posted_) return;
     posted_ = true;
-    remaining_ = transfers_.size();
+    remaining_ = size_;
     if (remaining_ == 0) return;
     owner_->batch_posted(*this);
     linked_ = true;
     auto& ep = owner_->endpoint();
-    for (auto& t : transfers_) {
+    for (auto& t : transfers()) {
       if (error_) {  // an earlier post failed: the rest are never posted
         t.done = true;
         if (--remaining_ == 0) finish();
@@ -226,13 +237,13 @@ class transfer_batch {
   void cancel() noexcept {
     if (!posted_) return;
     auto& ep = owner_->endpoint();
-    for (auto& t : transfers_)
+    for (auto& t : transfers())
       if (!t.done) ep.cancel(&t);
   }
 
   /// Appends "; recv from P (index I, B B)" for each transfer not yet completed.
   void describe_pending(std::string& out) const {
-    for (const auto& t : transfers_) {
+    for (const auto& t : transfers()) {
       if (t.done || !posted_) continue;
       out += std::string(out.empty() ? "" : "; ") + (t.receive ? "recv from " : "send to ") + std::to_string(t.peer) +
              " (index " + std::to_string(t.index) + ", " + std::to_string(t.bytes) + " B)";
@@ -273,6 +284,23 @@ class transfer_batch {
     std::size_t bytes = 0;
     void* descriptor = nullptr;
   };
+  static_assert(std::is_trivially_copyable_v<transfer> && std::is_trivially_destructible_v<transfer>);
+  /// Transfers a batch holds without allocating: an algorithm's step is
+  /// usually a send and a receive, plus the signature check's send.
+  static constexpr std::size_t inline_transfers = 4;
+
+  std::span<transfer> transfers() noexcept { return {items_, size_}; }
+  std::span<const transfer> transfers() const noexcept { return {items_, size_}; }
+
+  // Room for `capacity` transfers on the heap (only before the batch is
+  // posted: the transport holds pointers to posted transfers).
+  void grow(std::size_t capacity) {
+    auto bigger = std::make_unique<transfer[]>(capacity);
+    std::copy(items_, items_ + size_, bigger.get());
+    heap_ = std::move(bigger);
+    items_ = heap_.get();
+    capacity_ = capacity;
+  }
 
   void add(bool receive, int peer, const buffer_desc& buf, std::size_t offset, std::size_t bytes,
            std::uint32_t index) {
@@ -281,7 +309,8 @@ class transfer_batch {
     // would hand the provider memory the descriptor does not cover.
     if (offset > buf.bytes || bytes > buf.bytes - offset)
       throw std::logic_error("pdcoll: transfer outside its buffer");
-    auto& t = transfers_.emplace_back();
+    if (size_ == capacity_) grow(2 * capacity_);
+    auto& t = *new (&items_[size_++]) transfer{};
     t.on_complete = &on_transfer_complete;
     t.batch = this;
     t.receive = receive;
@@ -317,7 +346,11 @@ class transfer_batch {
   }
 
   batch_owner* owner_;
-  std::vector<transfer> transfers_;
+  alignas(transfer) std::byte inline_[inline_transfers * sizeof(transfer)];
+  transfer* items_ = reinterpret_cast<transfer*>(inline_);
+  std::size_t size_ = 0;
+  std::size_t capacity_ = inline_transfers;
+  std::unique_ptr<transfer[]> heap_;
   std::size_t remaining_ = 0;
   bool posted_ = false;
   bool linked_ = false;

@@ -48,7 +48,7 @@ class host_block_pool {
   /// drops their registrations, then lets them free.
   std::vector<host_block> give(host_block b) {
     std::vector<host_block> dropped;
-    if (!b.bytes) return dropped;
+    if (!b.bytes || idle_.keep_if_room(b)) return dropped;  // the usual case: nothing to let go of, nothing allocated
     dropped.reserve(max_idle_blocks + 1);  // drop() below must not allocate under the lock
     idle_.give(std::move(b), [&](host_block d) { dropped.push_back(std::move(d)); });
     return dropped;

@@ -37,6 +37,17 @@ class idle_blocks {
     return b;
   }
 
+  /// Keeps `b` (moved from) when that lets go of no block, and says so;
+  /// otherwise leaves `b` alone and returns false (use give()).
+  bool keep_if_room(Block& b) {
+    std::lock_guard lock(mutex_);
+    const std::size_t size = SizeOf{}(b);
+    if (size > max_bytes_ || held_ + size > max_bytes_ || idle_.size() >= max_blocks_) return false;
+    held_ += size;
+    idle_.push_back(std::move(b));  // within the capacity reserved at construction
+    return true;
+  }
+
   /// Keeps `b`, letting go of the largest idle blocks until it fits the
   /// bounds (or of `b` itself when it alone exceeds max_bytes); each block
   /// let go is passed to `drop` (under the lock; `drop` must not call back).

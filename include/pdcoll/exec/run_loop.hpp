@@ -9,7 +9,9 @@
 // polls its completion queue (fi_cq_read, io_uring_peek_cqe), blocking on its
 // wait object at most until `until`, and completes operations on the calling
 // thread. Work pushed to the loop from another thread is picked up as soon as
-// the drivers return (at most one horizon, 1 ms by default, later).
+// the drivers return (at most one horizon, 1 ms by default, later; a
+// communicator that is the only driver returns when one of its operations
+// ends, not after every completion).
 // Code that waits without a run_loop calls `drive_progress_once(until)`.
 #pragma once
 

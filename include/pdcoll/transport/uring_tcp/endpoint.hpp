@@ -47,7 +47,9 @@
 //
 // Performance: progress() costs no syscall when nothing changed; it submits
 // everything queued with a single io_uring_submit, and a small message to an
-// idle socket costs one sendmsg and no ring round trip. The ring runs its
+// idle socket costs one sendmsg and no ring round trip, made before
+// progress() returns when a completion callback posted it (a collective's
+// next step). Unexpected-message records and their buffers are reused. The ring runs its
 // completion work cooperatively (IORING_SETUP_COOP_TASKRUN): on loopback in a
 // 2-vCPU VM the default, an IPI per arriving message, made the 8-byte
 // all-reduce on 2 ranks about twice as slow. wait() polls for
@@ -203,6 +205,7 @@ class tcp_endpoint final : public transport::endpoint {
     for (auto& link : peers_) {
       while (auto* m = link->unexpected.pop_front()) delete m;
     }
+    while (auto* m = idle_unexpected_.pop_front()) delete m;
     io_uring_queue_exit(&ring_);
   }
 
@@ -257,6 +260,7 @@ class tcp_endpoint final : public transport::endpoint {
     op->wire.tag = htole64(tag);
     op->wire.length = htole64(static_cast<std::uint64_t>(length));
     link.sends.push_back(op);
+    sends_posted_ = true;
     return {};
   }
 
@@ -276,7 +280,7 @@ class tcp_endpoint final : public transport::endpoint {
         complete(op, {make_error_code(errc::collective_mismatch), 0, m->tag, m->source});
         if (m->complete) {
           link.unexpected.erase(m);
-          delete m;
+          free_unexpected(m);
         } else {
           m->dropped = true;
         }
@@ -365,17 +369,17 @@ class tcp_endpoint final : public transport::endpoint {
   /// queues the next recv/sendmsg per peer, submits once (or only runs the
   /// kernel's pending completion work, when the ring flags some), reaps what
   /// completed inline, then calls the contexts of every completed operation.
+  /// Sends those callbacks posted (a collective's next step answers the
+  /// message that completed its last) go out before it returns, not at the
+  /// next call, which comes only once the caller's loop has gone round.
   /// Returns how many completions were delivered.
   std::size_t progress() noexcept override {
     reap();
-    schedule();
-    if (io_uring_sq_ready(&ring_) > 0) {
-      io_uring_submit(&ring_);
-    } else if (task_work_pending()) {
-      io_uring_get_events(&ring_);
-    }
+    submit_pending();
     reap();
-    return deliver();
+    const std::size_t delivered = deliver();
+    if (sends_posted_) flush_posted_sends();
+    return delivered;
   }
 
   /// Polls for options::poll_before_sleep, then blocks in
@@ -610,7 +614,57 @@ class tcp_endpoint final : public transport::endpoint {
     stats_.unexpected_bytes_copied += m->length;
     complete(op, {{}, m->length, m->tag, m->source});
     link.unexpected.erase(m);
-    delete m;
+    free_unexpected(m);
+  }
+
+  /// A record for an unexpected message of `length` payload bytes (all other
+  /// fields reset): an idle one with room for it, else a new one; nullptr
+  /// when out of memory. A peer a step ahead makes one per small collective
+  /// step, so records and their buffers are kept for the next.
+  unexpected_message* new_unexpected(std::size_t length) noexcept {
+    unexpected_message* m = nullptr;
+    for (auto* idle = idle_unexpected_.front(); idle; idle = idle->next) {
+      if (idle->capacity >= length) {
+        m = idle;
+        idle_unexpected_.erase(m);
+        --idle_unexpected_count_;
+        break;
+      }
+    }
+    if (!m) {
+      m = new (std::nothrow) unexpected_message;
+      if (!m) return nullptr;
+      if (length) {
+        const std::size_t capacity = std::max(length, min_unexpected_capacity);
+        m->data.reset(new (std::nothrow) std::byte[capacity]);
+        if (!m->data) {
+          delete m;
+          return nullptr;
+        }
+        m->capacity = capacity;
+      }
+    }
+    m->source = -1;
+    m->tag = 0;
+    m->length = length;
+    m->received = 0;
+    m->complete = false;
+    m->dropped = false;
+    m->arrival = 0;
+    m->claimed_by = nullptr;
+    m->prev = m->next = nullptr;
+    return m;
+  }
+
+  /// Ends a record from new_unexpected() (in no list): kept for reuse while
+  /// few are idle and its buffer is small, else freed.
+  void free_unexpected(unexpected_message* m) noexcept {
+    if (idle_unexpected_count_ >= max_idle_unexpected || m->capacity > max_idle_unexpected_bytes) {
+      delete m;
+      return;
+    }
+    idle_unexpected_.push_back(m);
+    ++idle_unexpected_count_;
   }
 
   std::error_code send_to_self(peer_link& self, operation* send) noexcept {
@@ -622,10 +676,8 @@ class tcp_endpoint final : public transport::endpoint {
         complete(recv, {{}, send->length, send->tag, rank_});
       }
     } else {
-      auto* m = new (std::nothrow) unexpected_message;
-      if (m && send->length) m->data.reset(new (std::nothrow) std::byte[send->length]);
-      if (!m || (send->length && !m->data)) {
-        delete m;
+      auto* m = new_unexpected(send->length);
+      if (!m) {
         send->ctx->transport_state[0] = 0;
         send->state = operation::phase::free;
         free_.push_back(send);
@@ -633,7 +685,7 @@ class tcp_endpoint final : public transport::endpoint {
       }
       m->source = rank_;
       m->tag = send->tag;
-      m->length = m->received = send->length;
+      m->received = send->length;
       if (send->length) std::memcpy(m->data.get(), send->buffer, send->length);
       m->complete = true;
       m->arrival = ++arrival_;
@@ -766,17 +818,14 @@ class tcp_endpoint final : public transport::endpoint {
       link.target = op->buffer;
       return;
     }
-    auto* m = new (std::nothrow) unexpected_message;
-    if (m && header.length) m->data.reset(new (std::nothrow) std::byte[header.length]);
-    if (!m || (header.length && !m->data)) {
+    auto* m = new_unexpected(header.length);
+    if (!m) {
       // Nowhere to put it: the stream cannot continue consistently.
-      delete m;
       fail_peer(link, make_error_code(errc::transport));
       return;
     }
     m->source = link.rank;
     m->tag = header.tag;
-    m->length = header.length;
     m->arrival = ++arrival_;
     link.unexpected.push_back(m);
     link.target_message = m;
@@ -796,7 +845,7 @@ class tcp_endpoint final : public transport::endpoint {
         deliver_unexpected(link, m, m->claimed_by);
       } else if (m->dropped) {
         link.unexpected.erase(m);
-        delete m;
+        free_unexpected(m);
       }
     }
     link.target = nullptr;
@@ -969,7 +1018,7 @@ class tcp_endpoint final : public transport::endpoint {
         if (!m->complete) {
           if (m->claimed_by) complete(m->claimed_by, {error, 0, m->tag, link.rank});
           link.unexpected.erase(m);
-          delete m;
+          free_unexpected(m);
         }
         m = next;
       }
@@ -998,7 +1047,33 @@ class tcp_endpoint final : public transport::endpoint {
     return sqe;
   }
 
+  /// schedule(), then one io_uring_submit for what it queued, or, with
+  /// nothing to submit, only the kernel's pending completion work.
+  void submit_pending() noexcept {
+    schedule();
+    if (io_uring_sq_ready(&ring_) > 0) {
+      io_uring_submit(&ring_);
+    } else if (task_work_pending()) {
+      io_uring_get_events(&ring_);
+    }
+  }
+
+  /// Sends what post_send() queued since the last schedule() on sockets
+  /// with no send in the ring: directly where the socket takes it, else
+  /// through the ring (one submit). The rest of schedule()'s work waits for
+  /// the next progress().
+  void flush_posted_sends() noexcept {
+    sends_posted_ = false;
+    for (auto& owned : peers_) {
+      peer_link& link = *owned;
+      if (link.send_in_flight || link.sends.empty() || link.lost || link.send_broken || !link.socket.valid()) continue;
+      if (!send_directly(link)) prepare_send(link);
+    }
+    if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+  }
+
   void schedule() noexcept {
+    sends_posted_ = false;
     for (auto& owned : peers_) {
       peer_link& link = *owned;
       if (!link.socket.valid()) continue;
@@ -1173,6 +1248,13 @@ class tcp_endpoint final : public transport::endpoint {
   std::deque<operation> pool_;  ///< stable addresses: contexts and SQEs point here
   std::uint64_t sequence_ = 0;
   std::uint64_t arrival_ = 0;
+  bool sends_posted_ = false;  // post_send queued a send that no schedule() has seen yet
+  // Idle unexpected-message records (new_unexpected / free_unexpected).
+  static constexpr std::size_t max_idle_unexpected = 64;
+  static constexpr std::size_t max_idle_unexpected_bytes = 64 * 1024;
+  static constexpr std::size_t min_unexpected_capacity = 256;
+  detail::intrusive_list<unexpected_message> idle_unexpected_;
+  std::size_t idle_unexpected_count_ = 0;
   std::size_t in_flight_ = 0;  ///< submitted or queued requests without their final CQE
   statistics stats_;
 };

@@ -83,6 +83,7 @@ struct unexpected_message {
   std::uint64_t tag = 0;
   std::size_t length = 0;
   std::unique_ptr<std::byte[]> data;
+  std::size_t capacity = 0;         ///< bytes at data (records are reused: at least length)
   std::size_t received = 0;
   bool complete = false;
   bool dropped = false;             ///< matched by a too-small receive: discard when complete
@@ -98,31 +99,36 @@ inline constexpr std::size_t max_send_iovecs = 64;
 inline constexpr std::size_t coalesce_bytes = 1u << 20;
 
 /// One connection (or, at this rank's own index, the loop-back queue).
-struct peer_link {
+struct alignas(64) peer_link {
+  // The fields progress() looks at for every peer come first, in one cache
+  // line: with more ranks than cores the line is usually cold by then.
   int rank = -1;
+  bool lost = false;
+  bool send_in_flight = false;
+  bool send_cancel_wanted = false;
+  bool send_broken = false;  ///< a send found the connection dead; the loss waits for the recv (see break_link)
+  bool recv_in_flight = false;
+  bool recv_in_place = false;
+  bool recv_cancel_wanted = false;
+  bool in_message = false;   ///< a message's payload is arriving (see below)
   file_descriptor socket;  ///< invalid for this rank itself; with directional connections, sends only
   /// With directional connections (options::directional_connections), the
   /// connection this rank receives on; invalid otherwise (socket does both).
   file_descriptor inbound;
-  bool lost = false;
+  // Sending: a FIFO of operations; one sendmsg in flight covers its first
+  // `send_covered` entries. One at a time keeps a short send from
+  // interleaving bytes of two messages on the stream.
+  intrusive_list<operation> sends;
+  intrusive_list<operation> posted;           ///< receives posted for this peer
   std::error_code loss;    ///< why it was lost
 
   io_slot recv_slot{io_kind::recv, this};
   io_slot send_slot{io_kind::send, this};
 
-  // Sending: a FIFO of operations; one sendmsg in flight covers its first
-  // `send_covered` entries. One at a time keeps a short send from
-  // interleaving bytes of two messages on the stream.
-  intrusive_list<operation> sends;
   intrusive_list<operation> awaiting_notification;
-  bool send_in_flight = false;
-  bool send_cancel_wanted = false;
-  bool send_broken = false;  ///< a send found the connection dead; the loss waits for the recv (see break_link)
   unsigned send_parts = 0;  ///< SQEs of the send in flight still owing their result (2: header + fixed payload)
   std::size_t send_covered = 0;
   io_slot* send_user_data = nullptr;
-  std::array<iovec, max_send_iovecs> iov{};
-  msghdr message{};
 
   // Receiving: one recv always in flight, into the staging buffer or, for
   // the rest of a large payload, straight into its destination.
@@ -130,20 +136,19 @@ struct peer_link {
   std::size_t staging_capacity = 0;
   std::size_t staging_begin = 0;
   std::size_t staging_end = 0;
-  bool recv_in_flight = false;
-  bool recv_in_place = false;
-  bool recv_cancel_wanted = false;
 
-  // The message whose payload is arriving.
-  bool in_message = false;
+  // The message whose payload is arriving (in_message).
   wire_header header{};                       ///< host byte order
   std::size_t received = 0;
   std::byte* target = nullptr;                ///< nullptr: discard the payload
   operation* target_op = nullptr;             ///< a matched receive
   unexpected_message* target_message = nullptr;
 
-  intrusive_list<operation> posted;           ///< receives posted for this peer
   intrusive_list<unexpected_message> unexpected;
+
+  // The sendmsg being gathered (iovec pairs of header and payload).
+  std::array<iovec, max_send_iovecs> iov{};
+  msghdr message{};
 
   /// The socket this rank receives from the peer on.
   int receive_socket() const noexcept { return inbound.valid() ? inbound.get() : socket.get(); }
