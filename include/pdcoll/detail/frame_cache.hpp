@@ -5,8 +5,10 @@
 // A small all-reduce runs three coroutines (automatic's dispatch, the
 // algorithm, the signature check); with each frame from malloc and back,
 // they were a third of the allocations of an 8-byte all-reduce. Frames are
-// kept per thread, a few per size, rounded up to 64 bytes; a frame freed on
-// another thread than it was allocated on simply joins that thread's cache.
+// kept per thread, 16 at most, sizes rounded up to 64 bytes; a frame freed on
+// another thread than it was allocated on simply joins that thread's cache,
+// and one freed while the thread ends (or, on the main thread, while static
+// objects are destroyed) goes straight back to operator delete.
 // Under AddressSanitizer a cached frame is poisoned, so a use after the
 // coroutine ended is still reported.
 #pragma once
@@ -42,6 +44,7 @@ class frame_cache {
     const std::size_t size = rounded(bytes);
     if (size <= max_frame_bytes) {
       auto& c = local();
+      if (c.closed) return ::operator new(size);
       for (std::size_t i = c.count; i-- > 0;) {
         if (c.idle[i].size != size) continue;
         void* frame = c.idle[i].frame;
@@ -60,6 +63,7 @@ class frame_cache {
     const std::size_t size = rounded(bytes);
     if (size > max_frame_bytes) return ::operator delete(frame);
     auto& c = local();
+    if (c.closed) return ::operator delete(frame);
     if (c.count == slots) {
       auto& victim = c.idle[c.next_victim];
       c.next_victim = (c.next_victim + 1) % slots;
@@ -76,24 +80,34 @@ class frame_cache {
     void* frame = nullptr;
     std::size_t size = 0;
   };
+  // Trivially destructible, so that it stays usable while the thread's (or
+  // the program's) other objects are destroyed: frames freed then go
+  // straight back to operator delete (`closed`).
   struct cache {
-    std::array<idle_frame, slots> idle{};
-    std::size_t count = 0;
-    std::size_t next_victim = 0;
-    cache() = default;
-    cache(const cache&) = delete;
-    cache& operator=(const cache&) = delete;
-    ~cache() {
-      while (count > 0) {
-        auto& f = idle[--count];
+    std::array<idle_frame, slots> idle;
+    std::size_t count;
+    std::size_t next_victim;
+    bool closed;
+  };
+  // Frees the idle frames when the thread ends, and closes the cache.
+  struct closer {
+    cache* c;
+    explicit closer(cache* owner) noexcept : c(owner) {}
+    closer(const closer&) = delete;
+    closer& operator=(const closer&) = delete;
+    ~closer() {
+      while (c->count > 0) {
+        auto& f = c->idle[--c->count];
         unpoison(f.frame, f.size);
         ::operator delete(f.frame);
       }
+      c->closed = true;
     }
   };
 
   static cache& local() noexcept {
-    thread_local cache c;
+    thread_local constinit cache c{};
+    thread_local closer close_at_exit{&c};
     return c;
   }
   static constexpr std::size_t rounded(std::size_t bytes) noexcept { return (bytes + 63) / 64 * 64; }
