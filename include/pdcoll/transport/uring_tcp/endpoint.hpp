@@ -49,10 +49,11 @@
 // everything queued with a single io_uring_submit, and a small message to an
 // idle socket costs one sendmsg and no ring round trip, made before
 // progress() returns when a completion callback posted it (a collective's
-// next step). Unexpected-message records and their buffers are reused. The ring runs its
-// completion work cooperatively (IORING_SETUP_COOP_TASKRUN): on loopback in a
-// 2-vCPU VM the default, an IPI per arriving message, made the 8-byte
-// all-reduce on 2 ranks about twice as slow. wait() polls for
+// next step). Unexpected-message records and their buffers are reused.
+// The ring runs its completion work cooperatively
+// (IORING_SETUP_COOP_TASKRUN): on loopback in a 2-vCPU VM the default, an
+// IPI per arriving message, made the 8-byte all-reduce on 2 ranks about
+// twice as slow. wait() polls for
 // options::poll_before_sleep with one cheap system call per round, then
 // blocks in the kernel (io_uring_submit_and_wait_timeout). With more ranks
 // than cores, polling longer does not help: sched_yield under EEVDF rarely
