@@ -340,7 +340,7 @@ class communicator final : private exec::progress_driver {
     // registered, return after any work so that they get their turn.
     const bool stay = exec::progress_drivers::size() == 1;
     bool did_work = n > 0;
-    while (!(did_work && !stay) && ended_operations_ == ended_before &&
+    while ((stay || !did_work) && ended_operations_ == ended_before &&
            (active_ != nullptr || notices_in_flight_ != 0)) {
       const auto limit = std::min(until, earliest_deadline_locked());
       if (limit <= std::chrono::steady_clock::now()) break;

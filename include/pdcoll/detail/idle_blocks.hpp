@@ -42,7 +42,7 @@ class idle_blocks {
   bool keep_if_room(Block& b) {
     std::lock_guard lock(mutex_);
     const std::size_t size = SizeOf{}(b);
-    if (size > max_bytes_ || held_ + size > max_bytes_ || idle_.size() >= max_blocks_) return false;
+    if (held_ + size > max_bytes_ || idle_.size() >= max_blocks_) return false;
     held_ += size;
     idle_.push_back(std::move(b));  // within the capacity reserved at construction
     return true;

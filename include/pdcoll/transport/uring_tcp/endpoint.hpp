@@ -1067,10 +1067,15 @@ class tcp_endpoint final : public transport::endpoint {
     sends_posted_ = false;
     for (auto& owned : peers_) {
       peer_link& link = *owned;
-      if (link.send_in_flight || link.sends.empty() || link.lost || link.send_broken || !link.socket.valid()) continue;
-      if (!send_directly(link)) prepare_send(link);
+      if (link.socket.valid() && !link.lost && !link.send_broken) start_sends(link);
     }
     if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+  }
+
+  /// Starts the link's queued sends unless the ring holds one of its sends:
+  /// directly where the socket takes them (send_directly), else through the ring.
+  void start_sends(peer_link& link) noexcept {
+    if (!link.send_in_flight && !link.sends.empty() && !send_directly(link)) prepare_send(link);
   }
 
   void schedule() noexcept {
@@ -1094,7 +1099,7 @@ class tcp_endpoint final : public transport::endpoint {
         fail_sends(link, make_error_code(errc::peer_lost));
         continue;
       }
-      if (!link.send_in_flight && !link.sends.empty() && !send_directly(link)) prepare_send(link);
+      start_sends(link);
     }
   }
 
