@@ -34,8 +34,9 @@ using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 /// Loopback options; PDCOLL_URING_DIRECTIONAL=1 (as the job reads it) runs
-/// the cases over one connection per direction (uring.cmake's
-/// multiproc.uring.directional.* entries).
+/// the cases over one connection per direction, PDCOLL_URING_MULTISHOT=0
+/// with a recv at a time instead of a multishot recv (uring.cmake's
+/// multiproc.uring.directional.* and multiproc.uring.single_recv.* entries).
 uring::options local_options() {
   uring::options opts;
   opts.bind_address = "127.0.0.1";
@@ -43,6 +44,8 @@ uring::options local_options() {
   opts.timeout = 20s;
   const char* directional = std::getenv("PDCOLL_URING_DIRECTIONAL");
   opts.directional_connections = directional && std::strcmp(directional, "1") == 0;
+  const char* multishot = std::getenv("PDCOLL_URING_MULTISHOT");
+  opts.multishot_receive = !(multishot && std::strcmp(multishot, "0") == 0);
   return opts;
 }
 

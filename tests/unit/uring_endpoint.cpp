@@ -92,12 +92,23 @@ TEST_CASE("uring_tcp reports host-staged paths and needs no registration") {
 }
 
 TEST_CASE("two uring_tcp ranks exchange messages from 0 bytes to 4 MiB with data intact") {
-  // Both ways at once, over one connection per pair and over one per direction.
+  // Both ways at once, over one connection per pair and over one per
+  // direction, receiving with multishot recvs or one recv at a time.
   bool directional = false;
+  bool multishot = true;
   SUBCASE("one connection per pair") { directional = false; }
   SUBCASE("one connection per direction") { directional = true; }
-  auto world = make_world(2, {.bind_address = "127.0.0.1", .directional_connections = directional});
+  SUBCASE("one connection per pair, one recv at a time") { multishot = false; }
+  SUBCASE("one connection per direction, one recv at a time") {
+    directional = true;
+    multishot = false;
+  }
+  CAPTURE(directional);
+  CAPTURE(multishot);
+  auto world = make_world(
+      2, {.bind_address = "127.0.0.1", .directional_connections = directional, .multishot_receive = multishot});
   auto eps = raw(world);
+  if (!multishot) CHECK_FALSE(as_tcp(*eps[0]).multishot_receive_enabled());
   CHECK(eps[0]->name() == (directional ? "uring_tcp:directional" : "uring_tcp"));
   for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{4095},
                            std::size_t{16384}, std::size_t{65536}, std::size_t{65537}, std::size_t{1} << 20,
@@ -156,7 +167,10 @@ TEST_CASE("zero-copy sends deliver intact data and complete only after the kerne
 }
 
 TEST_CASE("a large payload with its receive posted first lands in the user's buffer without staging") {
-  auto world = make_world(2);
+  bool multishot = true;
+  SUBCASE("multishot recv") { multishot = true; }
+  SUBCASE("one recv at a time") { multishot = false; }
+  auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
   auto eps = raw(world);
   const std::size_t size = 8 << 20;
   auto data = pattern(size, 5);
@@ -171,14 +185,19 @@ TEST_CASE("a large payload with its receive posted first lands in the user's buf
   CHECK(st.unexpected_messages == 0);
   CHECK(st.unexpected_bytes_copied == 0);
   // Only what shared a recv with the header went through the 64 KiB staging
-  // buffer, plus at most a tail under the in-place threshold (a quarter of
-  // it) where an in-place recv returned short of the end.
+  // buffer (or the four 16 KiB provided buffers a multishot recv fills
+  // before its cancel lands), plus at most a tail under the in-place
+  // threshold (a quarter of it) where an in-place recv returned short of
+  // the end.
   CHECK(st.bytes_staged < 64 * 1024 + 16 * 1024);
   CHECK(st.bytes_received_in_place + st.bytes_staged == size);
 }
 
 TEST_CASE("hundreds of outstanding messages per peer arrive in order, expected or unexpected") {
-  auto world = make_world(2);
+  bool multishot = true;
+  SUBCASE("multishot recv") { multishot = true; }
+  SUBCASE("one recv at a time") { multishot = false; }
+  auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
   auto eps = raw(world);
   constexpr int count = 600;
   std::deque<recorder> sends(count), recvs(count);
@@ -214,6 +233,75 @@ TEST_CASE("hundreds of outstanding messages per peer arrive in order, expected o
   }
   auto& st = as_tcp(*eps[0]).stats();
   CHECK(st.send_submissions < st.messages_sent);  // small messages were coalesced
+}
+
+TEST_CASE("a multishot recv stays armed from message to message; one recv at a time is posted per arrival") {
+  // Ping-pong of small messages: each arrives alone, so one recv at a time
+  // needs a recv per message, while a multishot recv is armed once.
+  for (bool multishot : {true, false}) {
+    CAPTURE(multishot);
+    auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
+    auto eps = raw(world);
+    auto& receiver = as_tcp(*eps[1]);
+    constexpr int rounds = 300;
+    for (int i = 0; i < rounds; ++i) {
+      std::uint64_t out = 1000 + static_cast<std::uint64_t>(i), in = 0, echo = 0;
+      recorder s, r, s_back, r_back;
+      REQUIRE_FALSE(eps[1]->post_recv(0, &in, sizeof in, 7, 0, nullptr, &r));
+      REQUIRE_FALSE(eps[0]->post_recv(1, &echo, sizeof echo, 8, 0, nullptr, &r_back));
+      REQUIRE_FALSE(eps[0]->post_send(1, &out, sizeof out, 7, nullptr, &s));
+      REQUIRE(drive(eps, [&] { return r.done() && s.done(); }));
+      REQUIRE_FALSE(eps[1]->post_send(0, &in, sizeof in, 8, nullptr, &s_back));
+      REQUIRE(drive(eps, [&] { return r_back.done() && s_back.done(); }));
+      REQUIRE_FALSE(r.result->error);
+      REQUIRE_FALSE(r_back.result->error);
+      REQUIRE(echo == out);
+    }
+    const auto& st = receiver.stats();
+    CHECK(st.messages_received == rounds);
+    if (multishot && receiver.multishot_receive_enabled()) {
+      CHECK(st.provided_buffer_bytes == rounds * (16 + sizeof(std::uint64_t)));
+      CHECK(st.recv_submissions < rounds / 10);
+    } else {
+      CHECK_FALSE(receiver.multishot_receive_enabled());
+      CHECK(st.provided_buffer_bytes == 0);
+      CHECK(st.recv_submissions >= rounds);
+    }
+  }
+}
+
+TEST_CASE("a header cut by the end of a receive buffer is put together from two completions") {
+  // Two messages in one sendmsg: 16 + 65,512 bytes, then a header at bytes
+  // 65,528-65,543, across the 64 KiB mark where a full provided or staging
+  // buffer ends, and 8 payload bytes.
+  for (bool multishot : {true, false}) {
+    CAPTURE(multishot);
+    auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
+    auto eps = raw(world);
+    for (bool posted_first : {true, false}) {
+      CAPTURE(posted_first);
+      auto first = pattern(65512, posted_first ? 21 : 22);
+      std::uint64_t second = posted_first ? 0x1122334455667788u : 0x8877665544332211u, got_second = 0;
+      std::vector<unsigned char> got_first(first.size());
+      recorder s1, s2, r1, r2;
+      auto post_receives = [&] {
+        REQUIRE_FALSE(eps[1]->post_recv(0, got_first.data(), got_first.size(), 31, 0, nullptr, &r1));
+        REQUIRE_FALSE(eps[1]->post_recv(0, &got_second, sizeof got_second, 32, 0, nullptr, &r2));
+      };
+      if (posted_first) post_receives();
+      REQUIRE_FALSE(eps[0]->post_send(1, first.data(), first.size(), 31, nullptr, &s1));
+      REQUIRE_FALSE(eps[0]->post_send(1, &second, sizeof second, 32, nullptr, &s2));
+      if (!posted_first) {
+        REQUIRE(drive(eps, [&] { return s1.done() && s2.done() && as_tcp(*eps[1]).stats().messages_received >= 2; }));
+        post_receives();
+      }
+      REQUIRE(drive(eps, [&] { return s1.done() && s2.done() && r1.done() && r2.done(); }));
+      REQUIRE_FALSE(r1.result->error);
+      REQUIRE_FALSE(r2.result->error);
+      CHECK(got_first == first);
+      CHECK(got_second == second);
+    }
+  }
 }
 
 TEST_CASE("receives match by tag regardless of arrival order, and report the sender's tag") {

@@ -8,12 +8,20 @@
 // two ranks. TCP keeps per-pair order, and headers are matched in arrival
 // order, so matching tags between one pair are matched in send order.
 //
-// Receiving: one recv per peer is always in flight. It reads into a per-peer
-// staging buffer (headers and small payloads, many per syscall); when a
-// header matches a posted receive, the rest of a large payload is received
-// in place, straight into the user's buffer. A header with no matching
-// receive becomes an unexpected message, buffered in memory and copied out
-// when a receive matches it (unbounded: there is no flow control).
+// Receiving: one recv per peer is always in flight. By default it is a
+// multishot recv (Linux 6.0) that stays armed from message to message and
+// fills buffers the kernel takes from the connection's group of provided
+// buffers (detail/provided_buffers.hpp); each is parsed where it lies and
+// given back at once. Without multishot recv (options::multishot_receive,
+// older kernels) each recv reads into a per-peer staging buffer and is
+// posted again after its completion. Either way a completion carries
+// headers and small payloads, many at a time. When a header matches a
+// posted receive and enough of its payload is still to come, the rest is
+// received in place, straight into the user's buffer: the multishot recv
+// is cancelled first, and posted again once that payload is in. A header
+// with no matching receive becomes an unexpected message, buffered in
+// memory and copied out when a receive matches it (unbounded: there is no
+// flow control).
 //
 // Sending: per peer, queued messages go out as one sendmsg with a
 // {header, payload} iovec pair per message, several messages per sendmsg
@@ -49,7 +57,9 @@
 // everything queued with a single io_uring_submit, and a small message to an
 // idle socket costs one sendmsg and no ring round trip, made before
 // progress() returns when a completion callback posted it (a collective's
-// next step). Unexpected-message records and their buffers are reused.
+// next step); a small message arriving costs one completion and no new recv
+// (the multishot recv stays armed). Unexpected-message records and their
+// buffers are reused.
 // The ring runs its completion work cooperatively
 // (IORING_SETUP_COOP_TASKRUN): on loopback in a 2-vCPU VM the default, an
 // IPI per arriving message, made the 8-byte all-reduce on 2 ranks about
@@ -68,6 +78,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -96,7 +107,11 @@ struct statistics {
   std::uint64_t zero_copy_submissions = 0;   ///< of which IORING_OP_SENDMSG_ZC
   std::uint64_t messages_received = 0;       ///< messages whose payload fully arrived
   std::uint64_t bytes_received_in_place = 0; ///< payload bytes received straight into their destination
-  std::uint64_t bytes_staged = 0;            ///< payload bytes copied out of the staging buffer
+  std::uint64_t bytes_staged = 0;            ///< payload bytes copied out of the staging or provided buffers
+  std::uint64_t recv_submissions = 0;        ///< recv SQEs (a multishot recv counts once, however many completions)
+  std::uint64_t provided_buffer_bytes = 0;   ///< bytes that arrived in provided buffers (multishot recvs)
+  std::uint64_t recv_completions = 0;        ///< recv CQEs, data or not
+  std::uint64_t multishot_ends = 0;          ///< multishot recvs that ended alive: out of buffers or cancelled
   std::uint64_t unexpected_messages = 0;     ///< messages that arrived before a matching receive
   std::uint64_t unexpected_bytes_copied = 0; ///< bytes copied from unexpected buffers at match time
   std::uint64_t fixed_buffer_submissions = 0;///< zero-copy sends whose payload came from a registered buffer
@@ -124,7 +139,8 @@ class tcp_endpoint final : public transport::endpoint {
         zero_copy_threshold_(opts.zero_copy_threshold),
         poll_before_sleep_(opts.poll_before_sleep),
         fixed_(opts.fixed_buffer_slots, opts.fixed_buffer_bytes),
-        directional_(!second.empty()) {
+        directional_(!second.empty()),
+        multishot_(opts.multishot_receive) {
     if (directional_ && second.size() != static_cast<std::size_t>(world_size)) {
       detail::throw_pdcoll(errc::invalid_argument, "second mesh of " + std::to_string(second.size()) +
                                                        " sockets for " + std::to_string(world_size) + " ranks");
@@ -141,7 +157,7 @@ class tcp_endpoint final : public transport::endpoint {
           link->inbound = std::move(second[static_cast<std::size_t>(r)]);
           if (rank > r) std::swap(link->socket, link->inbound);
         }
-        link->staging.reset(new std::byte[staging]);
+        if (!multishot_) link->staging.reset(new std::byte[staging]);
         link->staging_capacity = staging;
         ++alive_;
       }
@@ -174,6 +190,10 @@ class tcp_endpoint final : public transport::endpoint {
       zero_copy_supported_ = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) != 0;
       send_zc_supported_ = io_uring_opcode_supported(probe, IORING_OP_SEND_ZC) != 0;
       io_uring_free_probe(probe);
+    }
+    if (multishot_ && !set_up_provided_buffers()) {
+      io_uring_queue_exit(&ring_);
+      throw std::bad_alloc();
     }
     schedule();
     io_uring_submit(&ring_);
@@ -208,6 +228,7 @@ class tcp_endpoint final : public transport::endpoint {
     }
     while (auto* m = idle_unexpected_.pop_front()) delete m;
     io_uring_queue_exit(&ring_);
+    log_statistics();
   }
 
   int rank() const noexcept override { return rank_; }
@@ -229,6 +250,11 @@ class tcp_endpoint final : public transport::endpoint {
   bool zero_copy_supported() const noexcept { return zero_copy_supported_; }
   /// Whether sends of at least the threshold actually use zero copy.
   bool zero_copy_enabled() const noexcept { return zero_copy_supported_ && zero_copy_threshold_ > 0; }
+  /// Whether connections receive with multishot recvs into provided buffers
+  /// (options::multishot_receive, and a kernel that has them: Linux 6.0).
+  /// Turns false after setup if the first multishot recv finds the kernel
+  /// without it.
+  bool multishot_receive_enabled() const noexcept { return multishot_; }
   /// Counters since creation.
   const statistics& stats() const noexcept { return stats_; }
   /// Whether register_region can fill the fixed-buffer table: the kernel
@@ -721,7 +747,7 @@ class tcp_endpoint final : public transport::endpoint {
     if (!slot) return;  // an IORING_OP_ASYNC_CANCEL request
     switch (slot->kind) {
       case detail::io_kind::recv:
-        on_recv(*static_cast<peer_link*>(slot->owner), cqe->res);
+        on_recv(*static_cast<peer_link*>(slot->owner), cqe->res, cqe->flags);
         break;
       case detail::io_kind::send:
         on_send(*static_cast<peer_link*>(slot->owner), cqe->res);
@@ -741,7 +767,12 @@ class tcp_endpoint final : public transport::endpoint {
 
   // ---- receiving ---------------------------------------------------------
 
-  void on_recv(peer_link& link, int res) noexcept {
+  void on_recv(peer_link& link, int res, unsigned flags) noexcept {
+    ++stats_.recv_completions;
+    if (link.recv_multishot) {
+      on_multishot_recv(link, res, flags);
+      return;
+    }
     link.recv_in_flight = false;
     const bool in_place = link.recv_in_place;
     link.recv_in_place = false;
@@ -768,37 +799,109 @@ class tcp_endpoint final : public transport::endpoint {
       }
       return;
     }
-    link.staging_end += n;
-    parse(link);
+    parse(link, link.staging.get(), n);
   }
 
-  void parse(peer_link& link) noexcept {
+  /// A completion of the link's multishot recv: bytes in one provided
+  /// buffer, parsed where they lie, or its end. The buffer goes back to the
+  /// kernel at once, unless the payload under way is now to be received in
+  /// place: then the multishot recv is cancelled, and the buffers are held
+  /// until it ends, so that it copies little more of that payload (without
+  /// a buffer it ends, ENOBUFS) while the cancel is on its way. It also
+  /// ends on its own when data outruns the buffers. schedule() posts the
+  /// next recv, once every buffer is back.
+  void on_multishot_recv(peer_link& link, int res, unsigned flags) noexcept {
+    const bool ended = !(flags & IORING_CQE_F_MORE);
+    if (ended) {
+      link.recv_in_flight = false;
+      link.recv_multishot = false;
+      link.multishot_cancel_sent = false;
+    }
+    if (flags & IORING_CQE_F_BUFFER) {
+      const unsigned id = flags >> IORING_CQE_BUFFER_SHIFT;
+      if (res > 0 && !link.lost) {
+        stats_.provided_buffer_bytes += static_cast<std::size_t>(res);
+        parse(link, link.provided.buffer(id), static_cast<std::size_t>(res));
+      }
+      if (!ended && !link.lost && wants_in_place(link)) {
+        link.provided.hold(id);
+        if (!link.multishot_cancel_sent) {
+          link.multishot_cancel_sent = true;
+          link.recv_cancel_wanted = true;
+        }
+      } else {
+        link.provided.give_back(id);
+      }
+    }
+    if (ended) link.provided.give_back_held();
+    if (res > 0) {
+      if (link.lost && ended) fail_peer(link, loss_reason(link));
+      return;
+    }
+    if (res == -ENOBUFS || res == -ECANCELED) {
+      ++stats_.multishot_ends;
+      if (link.lost) fail_peer(link, loss_reason(link));
+      return;
+    }
+    if (res == -EINVAL && !link.lost) {
+      // A kernel with provided-buffer rings (5.19) but no multishot recv
+      // (6.0): receive with one recv at a time from now on.
+      multishot_ = false;
+      return;
+    }
+    // 0 is an orderly shutdown; a negative errno a dead peer.
+    fail_peer(link, link.lost ? loss_reason(link) : make_error_code(errc::peer_lost));
+  }
+
+  /// Whether the rest of the payload arriving on the link is large enough
+  /// to be received in place, straight into its destination.
+  bool wants_in_place(const peer_link& link) const noexcept {
+    return link.in_message && link.target && link.header.length - link.received >= in_place_threshold_;
+  }
+
+  /// Takes `n` bytes that arrived on the link (in the staging buffer or a
+  /// provided one): completes the header a previous completion began (kept
+  /// in link.partial_header), starts each message whose header is here,
+  /// copies payload bytes to their destination and finishes the messages
+  /// whose last byte is here. Leaves at most a header's start behind.
+  void parse(peer_link& link, const std::byte* data, std::size_t n) noexcept {
+    constexpr std::size_t header_bytes = sizeof(detail::wire_header);
     for (;;) {
-      std::size_t available = link.staging_end - link.staging_begin;
       if (!link.in_message) {
-        if (available < sizeof(detail::wire_header)) break;
+        if (n == 0) return;
         detail::wire_header header;
-        std::memcpy(&header, link.staging.get() + link.staging_begin, sizeof header);
-        link.staging_begin += sizeof header;
-        available -= sizeof header;
+        if (link.partial_header_bytes > 0 || n < header_bytes) {
+          const std::size_t take = std::min(n, header_bytes - link.partial_header_bytes);
+          std::memcpy(link.partial_header.data() + link.partial_header_bytes, data, take);
+          link.partial_header_bytes += take;
+          data += take;
+          n -= take;
+          if (link.partial_header_bytes < header_bytes) return;
+          link.partial_header_bytes = 0;
+          std::memcpy(&header, link.partial_header.data(), header_bytes);
+        } else {
+          std::memcpy(&header, data, header_bytes);
+          data += header_bytes;
+          n -= header_bytes;
+        }
         header.tag = le64toh(header.tag);
         header.length = le64toh(header.length);
         start_message(link, header);
         if (link.lost) return;
       }
-      std::size_t n = std::min<std::size_t>(available, link.header.length - link.received);
-      if (n) {
+      const std::size_t k = std::min<std::size_t>(n, link.header.length - link.received);
+      if (k) {
         if (link.target) {
-          std::memcpy(link.target + link.received, link.staging.get() + link.staging_begin, n);
-          stats_.bytes_staged += n;
+          std::memcpy(link.target + link.received, data, k);
+          stats_.bytes_staged += k;
         }
-        link.staging_begin += n;
-        link.received += n;
+        data += k;
+        n -= k;
+        link.received += k;
       }
-      if (link.received < link.header.length) break;
+      if (link.received < link.header.length) return;
       finish_message(link);
     }
-    if (link.staging_begin == link.staging_end) link.staging_begin = link.staging_end = 0;
   }
 
   void start_message(peer_link& link, const detail::wire_header& header) noexcept {
@@ -959,6 +1062,34 @@ class tcp_endpoint final : public transport::endpoint {
     }
   }
 
+  /// At PDCOLL_DEBUG=INFO, one line with the counters (statistics).
+  void log_statistics() const noexcept {
+    if (pdcoll::detail::current_log_level() < pdcoll::detail::log_level::info) return;
+    const statistics& c = stats_;
+    char line[640];
+    std::snprintf(line, sizeof line,
+                  "uring_tcp statistics: %llu messages sent in %llu send submissions (%llu zero-copy, %llu from "
+                  "fixed buffers); %llu messages received by %llu recv submissions and %llu recv completions "
+                  "(%llu multishot recvs ended alive); payload bytes %llu in place, %llu copied from staging or "
+                  "provided buffers (%llu bytes arrived in provided buffers); %llu unexpected messages",
+                  static_cast<unsigned long long>(c.messages_sent), static_cast<unsigned long long>(c.send_submissions),
+                  static_cast<unsigned long long>(c.zero_copy_submissions),
+                  static_cast<unsigned long long>(c.fixed_buffer_submissions),
+                  static_cast<unsigned long long>(c.messages_received),
+                  static_cast<unsigned long long>(c.recv_submissions),
+                  static_cast<unsigned long long>(c.recv_completions),
+                  static_cast<unsigned long long>(c.multishot_ends),
+                  static_cast<unsigned long long>(c.bytes_received_in_place),
+                  static_cast<unsigned long long>(c.bytes_staged),
+                  static_cast<unsigned long long>(c.provided_buffer_bytes),
+                  static_cast<unsigned long long>(c.unexpected_messages));
+    try {
+      pdcoll::detail::log(pdcoll::detail::log_level::info, rank_, line);
+    } catch (...) {
+      // Diagnostics only.
+    }
+  }
+
   // ---- failure -----------------------------------------------------------
 
   /// A send found the connection dead. What the peer sent before it died
@@ -1114,29 +1245,71 @@ class tcp_endpoint final : public transport::endpoint {
     std::byte* buffer;
     std::size_t length;
     bool in_place = false;
-    std::size_t remaining = link.in_message ? link.header.length - link.received : 0;
-    if (link.in_message && link.target && remaining >= in_place_threshold_) {
+    if (wants_in_place(link)) {
       // Staging is empty here (parse() consumed it), so the next byte on
       // the stream is this payload's: read it where it belongs.
       buffer = link.target + link.received;
-      length = std::min<std::size_t>(remaining, 1u << 30);
+      length = std::min<std::size_t>(link.header.length - link.received, 1u << 30);
       in_place = true;
+    } else if (multishot_ && link.provided.active()) {
+      io_uring_sqe* sqe = next_sqe();
+      if (!sqe) return;
+      io_uring_prep_recv_multishot(sqe, link.receive_socket(), nullptr, 0, 0);
+      sqe->flags |= IOSQE_BUFFER_SELECT;
+      sqe->buf_group = link.provided.group();
+      io_uring_sqe_set_data(sqe, &link.recv_slot);
+      link.recv_in_flight = true;
+      link.recv_multishot = true;
+      link.recv_in_place = false;
+      ++stats_.recv_submissions;
+      return;
     } else {
-      if (link.staging_begin > 0) {
-        std::memmove(link.staging.get(), link.staging.get() + link.staging_begin,
-                     link.staging_end - link.staging_begin);
-        link.staging_end -= link.staging_begin;
-        link.staging_begin = 0;
+      if (!link.staging) {
+        // Multishot receiving has just turned off (see on_multishot_recv).
+        link.staging.reset(new (std::nothrow) std::byte[link.staging_capacity]);
+        if (!link.staging) {
+          fail_peer(link, make_error_code(errc::transport));
+          return;
+        }
       }
-      buffer = link.staging.get() + link.staging_end;
-      length = link.staging_capacity - link.staging_end;
+      buffer = link.staging.get();
+      length = link.staging_capacity;
     }
     io_uring_sqe* sqe = next_sqe();
     if (!sqe) return;
     io_uring_prep_recv(sqe, link.receive_socket(), buffer, length, 0);
     io_uring_sqe_set_data(sqe, &link.recv_slot);
+    ++stats_.recv_submissions;
     link.recv_in_flight = true;
     link.recv_in_place = in_place;
+  }
+
+  /// Gives every connection a group of provided buffers for its multishot
+  /// recv: one buffer of the staging size (the staging buffer it replaces),
+  /// group id = the peer's rank. One: with two such buffers, or one of
+  /// twice the size, 2-rank all-reduces of 32-64 KiB ran at half the bus
+  /// bandwidth or less, for a cause not found (docs/design-notes.md, item
+  /// 27). With one, the recv ends (ENOBUFS) when data comes faster than it
+  /// is parsed, where a recv at a time would be posted again anyway. Where the kernel
+  /// refuses (before Linux 5.19) or memory runs out, multishot receiving is
+  /// off for the endpoint and every connection gets its staging buffer
+  /// instead; false when that fails too.
+  bool set_up_provided_buffers() noexcept {
+    for (auto& link : peers_) {
+      if (!link->socket.valid()) continue;
+      if (link->rank > 0xffff ||
+          link->provided.setup(ring_, static_cast<unsigned short>(link->rank), 1, link->staging_capacity) < 0) {
+        multishot_ = false;
+        break;
+      }
+    }
+    if (multishot_) return true;
+    for (auto& link : peers_) {
+      if (!link->socket.valid() || link->staging) continue;
+      link->staging.reset(new (std::nothrow) std::byte[link->staging_capacity]);
+      if (!link->staging) return false;
+    }
+    return true;
   }
 
   bool use_zero_copy(const operation& op) const noexcept {
@@ -1248,6 +1421,7 @@ class tcp_endpoint final : public transport::endpoint {
   int alive_ = 0;  ///< remote peers not lost
   bool closed_ = false;  ///< close() ran: nothing more is posted
   bool directional_ = false;  ///< one connection per direction (options::directional_connections)
+  bool multishot_ = true;  ///< receive with multishot recvs into provided buffers (options::multishot_receive)
   detail::intrusive_list<operation> any_posted_;
   detail::intrusive_list<operation> ready_;
   detail::intrusive_list<operation> free_;

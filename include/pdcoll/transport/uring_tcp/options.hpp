@@ -78,6 +78,12 @@ struct options {
   /// Most bytes the registered buffers may pin in all. Without CAP_IPC_LOCK
   /// the kernel also holds them to RLIMIT_MEMLOCK.
   std::size_t fixed_buffer_bytes = std::size_t{1} << 30;
+  /// Receive with one multishot recv per connection into a group of
+  /// provided buffers (Linux 6.0; older kernels fall back to one recv at a
+  /// time): the recv stays armed from message to message instead of being
+  /// posted again after each. The rest of a large payload is still received
+  /// in place.
+  bool multishot_receive = true;
 };
 
 }  // namespace pdcoll::transport::uring_tcp

@@ -17,6 +17,7 @@
 #include "pdcoll/transport/endpoint.hpp"
 #include "pdcoll/transport/uring_tcp/detail/intrusive_list.hpp"
 #include "pdcoll/transport/uring_tcp/detail/mesh.hpp"
+#include "pdcoll/transport/uring_tcp/detail/provided_buffers.hpp"
 
 namespace pdcoll::transport::uring_tcp::detail {
 
@@ -29,7 +30,7 @@ static_assert(sizeof(wire_header) == 16);
 
 /// Which handler a completion queue entry belongs to.
 enum class io_kind : std::uint8_t {
-  recv,     ///< the peer's receive (staging buffer or in place)
+  recv,     ///< the peer's receive (provided buffers, staging buffer or in place)
   send,     ///< the peer's (possibly coalesced) sendmsg
   send_zc,  ///< a zero-copy sendmsg of one operation; its notification too
 };
@@ -110,6 +111,8 @@ struct alignas(64) peer_link {
   bool recv_in_flight = false;
   bool recv_in_place = false;
   bool recv_cancel_wanted = false;
+  bool recv_multishot = false;  ///< the recv in flight is multishot, into `provided` buffers
+  bool multishot_cancel_sent = false;  ///< its cancel is queued: the rest of a large payload goes in place
   bool in_message = false;   ///< a message's payload is arriving (see below)
   file_descriptor socket;  ///< invalid for this rank itself; with directional connections, sends only
   /// With directional connections (options::directional_connections), the
@@ -130,12 +133,16 @@ struct alignas(64) peer_link {
   std::size_t send_covered = 0;
   io_slot* send_user_data = nullptr;
 
-  // Receiving: one recv always in flight, into the staging buffer or, for
-  // the rest of a large payload, straight into its destination.
-  std::unique_ptr<std::byte[]> staging;
+  // Receiving: one recv always in flight: a multishot recv into `provided`
+  // buffers, or where the kernel lacks it a recv into the staging buffer,
+  // or, for the rest of a large payload, straight into its destination.
+  provided_buffers provided;
+  std::unique_ptr<std::byte[]> staging;  ///< allocated only where `provided` is not used
   std::size_t staging_capacity = 0;
-  std::size_t staging_begin = 0;
-  std::size_t staging_end = 0;
+  /// A header whose first bytes came at the end of one completion and whose
+  /// rest comes with the next.
+  std::array<std::byte, sizeof(wire_header)> partial_header{};
+  std::size_t partial_header_bytes = 0;
 
   // The message whose payload is arriving (in_message).
   wire_header header{};                       ///< host byte order
