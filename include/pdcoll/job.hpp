@@ -45,10 +45,17 @@ struct job_options {
   /// system's; "system" never changes it; see
   /// uring_tcp::options::congestion_control).
   std::string uring_congestion = env_or("PDCOLL_URING_CONGESTION", "");
-  /// io_uring transport: one multishot recv per connection
-  /// (PDCOLL_URING_MULTISHOT=0 turns it off; see
-  /// uring_tcp::options::multishot_receive).
-  bool uring_multishot = env_or("PDCOLL_URING_MULTISHOT", "1") != "0";
+  /// io_uring transport: how connections receive (PDCOLL_URING_MULTISHOT:
+  /// `1` multishot, `0` a recv at a time, unset or `auto` the automatic
+  /// choice; see uring_tcp::receive_mode).
+  transport::uring_tcp::receive_mode uring_receiving = uring_receive_mode(env_or("PDCOLL_URING_MULTISHOT", "auto"));
+
+  /// PDCOLL_URING_MULTISHOT's value as a receive mode: "1" multishot, "0"
+  /// single, anything else automatic.
+  static transport::uring_tcp::receive_mode uring_receive_mode(const std::string& value) {
+    using mode = transport::uring_tcp::receive_mode;
+    return value == "1" ? mode::multishot : value == "0" ? mode::single : mode::automatic;
+  }
 
   /// The variable's value, or `fallback` when unset or empty.
   static std::string env_or(const char* name, const char* fallback) {
@@ -89,7 +96,7 @@ class job {
       o.zero_copy_threshold = options.uring_zero_copy_bytes;
       o.directional_connections = options.uring_directional;
       o.congestion_control = options.uring_congestion;
-      o.multishot_receive = options.uring_multishot;
+      o.receiving = options.uring_receiving;
       ep = transport::uring_tcp::make_endpoint(info.rank, info.world_size, exchange, o);
     } else {
       throw std::system_error(make_error_code(errc::invalid_argument),

@@ -35,7 +35,8 @@ using namespace std::chrono_literals;
 
 /// Loopback options; PDCOLL_URING_DIRECTIONAL=1 (as the job reads it) runs
 /// the cases over one connection per direction, PDCOLL_URING_MULTISHOT=0
-/// with a recv at a time instead of a multishot recv (uring.cmake's
+/// with a recv at a time instead of a multishot recv, the default here
+/// whatever the CPU count (uring.cmake's
 /// multiproc.uring.directional.* and multiproc.uring.single_recv.* entries).
 uring::options local_options() {
   uring::options opts;
@@ -45,7 +46,8 @@ uring::options local_options() {
   const char* directional = std::getenv("PDCOLL_URING_DIRECTIONAL");
   opts.directional_connections = directional && std::strcmp(directional, "1") == 0;
   const char* multishot = std::getenv("PDCOLL_URING_MULTISHOT");
-  opts.multishot_receive = !(multishot && std::strcmp(multishot, "0") == 0);
+  opts.receiving = multishot && std::strcmp(multishot, "0") == 0 ? uring::receive_mode::single
+                                                                  : uring::receive_mode::multishot;
   return opts;
 }
 

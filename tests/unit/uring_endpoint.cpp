@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <thread>
 
+#include "pdcoll/job.hpp"
 #include "unit/uring_support.hpp"
 
 using namespace uring_test;
@@ -106,7 +108,7 @@ TEST_CASE("two uring_tcp ranks exchange messages from 0 bytes to 4 MiB with data
   CAPTURE(directional);
   CAPTURE(multishot);
   auto world = make_world(
-      2, {.bind_address = "127.0.0.1", .directional_connections = directional, .multishot_receive = multishot});
+      2, {.bind_address = "127.0.0.1", .directional_connections = directional, .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
   auto eps = raw(world);
   if (!multishot) CHECK_FALSE(as_tcp(*eps[0]).multishot_receive_enabled());
   CHECK(eps[0]->name() == (directional ? "uring_tcp:directional" : "uring_tcp"));
@@ -170,7 +172,7 @@ TEST_CASE("a large payload with its receive posted first lands in the user's buf
   bool multishot = true;
   SUBCASE("multishot recv") { multishot = true; }
   SUBCASE("one recv at a time") { multishot = false; }
-  auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
+  auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
   auto eps = raw(world);
   const std::size_t size = 8 << 20;
   auto data = pattern(size, 5);
@@ -197,7 +199,7 @@ TEST_CASE("hundreds of outstanding messages per peer arrive in order, expected o
   bool multishot = true;
   SUBCASE("multishot recv") { multishot = true; }
   SUBCASE("one recv at a time") { multishot = false; }
-  auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
+  auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
   auto eps = raw(world);
   constexpr int count = 600;
   std::deque<recorder> sends(count), recvs(count);
@@ -240,7 +242,7 @@ TEST_CASE("a multishot recv stays armed from message to message; one recv at a t
   // needs a recv per message, while a multishot recv is armed once.
   for (bool multishot : {true, false}) {
     CAPTURE(multishot);
-    auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
+    auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
     auto eps = raw(world);
     auto& receiver = as_tcp(*eps[1]);
     constexpr int rounds = 300;
@@ -270,13 +272,30 @@ TEST_CASE("a multishot recv stays armed from message to message; one recv at a t
   }
 }
 
+TEST_CASE("by default connections receive with a multishot recv only where ranks outnumber the host's CPUs") {
+  const bool supported =
+      as_tcp(*make_world(2, {.bind_address = "127.0.0.1", .receiving = uring::receive_mode::multishot})[0])
+          .multishot_receive_enabled();
+  const unsigned cpus = std::thread::hardware_concurrency();
+  for (int ranks : {2, 3, 5}) {
+    CAPTURE(ranks);
+    auto world = make_world(ranks);  // all on loopback: every peer is on this host
+    for (auto* ep : raw(world)) CHECK(as_tcp(*ep).multishot_receive_enabled() == (supported && unsigned(ranks) > cpus));
+  }
+  auto single = make_world(3, {.bind_address = "127.0.0.1", .receiving = uring::receive_mode::single});
+  CHECK_FALSE(as_tcp(*single[0]).multishot_receive_enabled());
+  CHECK(pdcoll::job_options::uring_receive_mode("1") == uring::receive_mode::multishot);
+  CHECK(pdcoll::job_options::uring_receive_mode("0") == uring::receive_mode::single);
+  CHECK(pdcoll::job_options::uring_receive_mode("auto") == uring::receive_mode::automatic);
+}
+
 TEST_CASE("a header cut by the end of a receive buffer is put together from two completions") {
   // Two messages in one sendmsg: 16 + 65,512 bytes, then a header at bytes
   // 65,528-65,543, across the 64 KiB mark where a full provided or staging
   // buffer ends, and 8 payload bytes.
   for (bool multishot : {true, false}) {
     CAPTURE(multishot);
-    auto world = make_world(2, {.bind_address = "127.0.0.1", .multishot_receive = multishot});
+    auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
     auto eps = raw(world);
     for (bool posted_first : {true, false}) {
       CAPTURE(posted_first);

@@ -7,9 +7,28 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace pdcoll::transport::uring_tcp {
+
+/// How the endpoint receives from each connection.
+enum class receive_mode : std::uint8_t {
+  /// `multishot` where this rank and the peers on its host (loopback
+  /// connections, or one address at both ends) outnumber the host's CPUs
+  /// (std::thread::hardware_concurrency), `single` elsewhere. Measured on 2
+  /// CPUs over loopback: multishot took an 8-byte all-reduce on 4 ranks from
+  /// 75.2 to 68.9 us and a 4 KiB one from 78.6 to 72.0 us; on 2 ranks, which
+  /// wait polling, it gained nothing and cost up to 5 % (4 KiB 16.0 -> 16.8
+  /// us); bandwidth the same (docs/design-notes.md, item 27).
+  automatic,
+  /// One multishot recv per connection (Linux 6.0; older kernels fall back
+  /// to `single`) that stays armed from message to message, into a provided
+  /// buffer. The rest of a large payload is still received in place.
+  multishot,
+  /// A recv into the staging buffer, posted again after each completion.
+  single,
+};
 
 /// Settings for make_endpoint(). The defaults suit one host and small clusters.
 struct options {
@@ -78,12 +97,8 @@ struct options {
   /// Most bytes the registered buffers may pin in all. Without CAP_IPC_LOCK
   /// the kernel also holds them to RLIMIT_MEMLOCK.
   std::size_t fixed_buffer_bytes = std::size_t{1} << 30;
-  /// Receive with one multishot recv per connection into a group of
-  /// provided buffers (Linux 6.0; older kernels fall back to one recv at a
-  /// time): the recv stays armed from message to message instead of being
-  /// posted again after each. The rest of a large payload is still received
-  /// in place.
-  bool multishot_receive = true;
+  /// How each connection receives (receive_mode).
+  receive_mode receiving = receive_mode::automatic;
 };
 
 }  // namespace pdcoll::transport::uring_tcp
