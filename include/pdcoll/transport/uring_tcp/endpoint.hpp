@@ -168,11 +168,6 @@ class tcp_endpoint final : public transport::endpoint {
     }
     multishot_ = opts.receiving == receive_mode::multishot ||
                  (opts.receiving == receive_mode::automatic && ranks_on_this_host() > std::thread::hardware_concurrency());
-    if (!multishot_) {
-      for (auto& link : peers_) {
-        if (link->socket.valid()) link->staging.reset(new std::byte[staging]);
-      }
-    }
     // The ring last: nothing after it can throw and leak it.
     unsigned entries = 64;
     // Room for a recv, a send and two cancels per peer in one batch; larger
@@ -201,10 +196,7 @@ class tcp_endpoint final : public transport::endpoint {
       send_zc_supported_ = io_uring_opcode_supported(probe, IORING_OP_SEND_ZC) != 0;
       io_uring_free_probe(probe);
     }
-    if (multishot_ && !set_up_provided_buffers()) {
-      io_uring_queue_exit(&ring_);
-      throw std::bad_alloc();
-    }
+    if (multishot_) set_up_provided_buffers();
     schedule();
     io_uring_submit(&ring_);
   }
@@ -1275,7 +1267,8 @@ class tcp_endpoint final : public transport::endpoint {
       return;
     } else {
       if (!link.staging) {
-        // Multishot receiving has just turned off (see on_multishot_recv).
+        // The first recv into staging (the staging buffer is allocated only
+        // where no multishot recv is used).
         link.staging.reset(new (std::nothrow) std::byte[link.staging_capacity]);
         if (!link.staging) {
           fail_peer(link, make_error_code(errc::transport));
@@ -1312,24 +1305,17 @@ class tcp_endpoint final : public transport::endpoint {
   /// 27). With one, the recv ends (ENOBUFS) when data comes faster than it
   /// is parsed, where a recv at a time would be posted again anyway. Where the kernel
   /// refuses (before Linux 5.19) or memory runs out, multishot receiving is
-  /// off for the endpoint and every connection gets its staging buffer
-  /// instead; false when that fails too.
-  bool set_up_provided_buffers() noexcept {
+  /// off for the endpoint, and prepare_recv() gives each connection its
+  /// staging buffer instead.
+  void set_up_provided_buffers() noexcept {
     for (auto& link : peers_) {
       if (!link->socket.valid()) continue;
       if (link->rank > 0xffff ||
           link->provided.setup(ring_, static_cast<unsigned short>(link->rank), 1, link->staging_capacity) < 0) {
         multishot_ = false;
-        break;
+        return;
       }
     }
-    if (multishot_) return true;
-    for (auto& link : peers_) {
-      if (!link->socket.valid() || link->staging) continue;
-      link->staging.reset(new (std::nothrow) std::byte[link->staging_capacity]);
-      if (!link->staging) return false;
-    }
-    return true;
   }
 
   bool use_zero_copy(const operation& op) const noexcept {
