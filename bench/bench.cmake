@@ -34,7 +34,7 @@ endif()
 
 # The floor under a small all-reduce over TCP loopback (bench/tcp_latency_floor.cpp):
 # recursive doubling on plain sockets, to set pdcoll's 8-byte latency against.
-if(CLI11_FOUND)
+if(CLI11_FOUND AND NOT TARGET tcp_latency_floor)  # tests/multiproc/bench.cmake may have made it already
   add_executable(tcp_latency_floor ${CMAKE_CURRENT_LIST_DIR}/tcp_latency_floor.cpp)
   target_link_libraries(tcp_latency_floor PRIVATE pdcoll::pdcoll CLI11::CLI11)
 endif()
