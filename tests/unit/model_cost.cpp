@@ -110,6 +110,8 @@ TEST_CASE("PDCOLL_ALGO names are parsed and an unknown name is rejected") {
   using pdcoll::algo::automatic;
   CHECK(bool(automatic::parse(nullptr).algorithm == nullptr));
   CHECK_FALSE(automatic::parse("").invalid);
+  CHECK(bool(automatic::parse("automatic").algorithm == nullptr));
+  CHECK_FALSE(automatic::parse("automatic").invalid);
   CHECK(bool(automatic::parse("ring").algorithm == &pdcoll::algo::ring::all_reduce));
   CHECK(bool(automatic::parse("direct").algorithm == &pdcoll::algo::direct::all_reduce));
   CHECK(automatic::parse("rign").invalid);

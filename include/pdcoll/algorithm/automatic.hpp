@@ -23,7 +23,8 @@
 //
 // PDCOLL_ALGO=<name> forces one of the all-reduce algorithms compiled in
 // (ring, recursive_doubling, rabenseifner, tree, direct, shared_memory,
-// shared_memory_scatter) for experiments; the other collectives do not read
+// shared_memory_scatter) for experiments; PDCOLL_ALGO=automatic is the
+// same as leaving it unset. The other collectives do not read
 // it (name their algorithm as the template argument instead). Every rank
 // must set the same value. Any other value completes every automatic
 // all-reduce with errc::invalid_argument (nothing is sent).
@@ -84,9 +85,9 @@ struct automatic {
     bool invalid = false;                              ///< PDCOLL_ALGO names no known algorithm
   };
 
-  /// Parses a PDCOLL_ALGO value (nullptr or empty: unset).
+  /// Parses a PDCOLL_ALGO value (nullptr, empty or "automatic": unset).
   static forced_choice parse(const char* v) noexcept {
-    if (!v || !*v) return {};
+    if (!v || !*v || !std::strcmp(v, name)) return {};
     if (!std::strcmp(v, ring::name)) return {&ring::all_reduce};
     if (!std::strcmp(v, recursive_doubling::name)) return {&recursive_doubling::all_reduce};
     if (!std::strcmp(v, rabenseifner::name)) return {&rabenseifner::all_reduce};
