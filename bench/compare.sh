@@ -43,7 +43,8 @@
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
 # --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling) --rounds N (1:
-# every library's runs repeated N times, interleaved, each round starting
+# every library's runs repeated N times; within a round the libraries take
+# turns part by part (small sizes, large sizes, latency), each round starting
 # with the next library, and each size reported from the round with the
 # median time, so a burst of load from elsewhere on a shared machine spoils
 # one round, not the table). Runs with more
@@ -171,55 +172,56 @@ run_floor() {
     -b 8 -e 8 -n 2000 -w 200 --timing mean --csv "$raw/floor/$((n++)).csv"
 }
 
-# One library's runs for R ranks: run_pdcoll R, run_openmpi R, run_gloo R.
+# One library's runs of one part (small, large, latency) for R ranks:
+# run_pdcoll R PART, run_openmpi R PART, run_gloo R PART.
 run_pdcoll() {
-  local config t domain algo what
+  local config t domain algo
+  sizes "$2"
   for config in shm:host shm:host_shareable tcp:host uring:host uring-directional:host; do
     t=${config%%:*} domain=${config#*:}
     for algo in $algos; do
-      for what in $parts; do
-        sizes "$what"
-        run "pdcoll-$t-$domain-$algo-n$1-$what" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
-          "$bin/pdcoll-bench" --transport "$t" --domain "$domain" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
-      done
+      run "pdcoll-$t-$domain-$algo-n$1-$2" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
+        "$bin/pdcoll-bench" --transport "$t" --domain "$domain" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
     done
   done
 }
 run_openmpi() {
-  local t what btl
+  local t btl
   mpi_for "$1"
+  sizes "$2"
   for t in vader tcp; do
     btl=(--mca btl "self,$t")
     [ "$t" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
-    for what in $parts; do
-      sizes "$what"
-      run "openmpi-$t-n$1-$what" "${mpi[@]}" -n "$1" "${btl[@]}" \
-        "$bin/mpi_allreduce_bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
-    done
+    run "openmpi-$t-n$1-$2" "${mpi[@]}" -n "$1" "${btl[@]}" \
+      "$bin/mpi_allreduce_bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
   done
 }
 run_gloo() {
-  local a what
+  local a
+  sizes "$2"
   for a in allreduce ring_chunked halving_doubling; do
-    for what in $parts; do
-      sizes "$what"
-      run "gloo-$a-n$1-$what" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
-        "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/$((n++)).csv"
-    done
+    run "gloo-$a-n$1-$2" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
+      "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/$((n++)).csv"
   done
 }
 
-# Each round starts with another library (pdcoll, Open MPI, Gloo, in
-# turn): the shared machine has stretches of minutes in which memory-bound
-# work runs several times slower (bench/state_probe.sh), and a fixed order
-# put the same library's runs first after the previous round's heaviest job,
-# round after round.
+# The libraries take turns part by part (small sizes, large sizes, the
+# latency row), so the runs a table cell compares lie a minute or two apart
+# rather than a whole library's sweep: the shared machine has stretches of
+# minutes in which work runs several times slower (bench/state_probe.sh;
+# in one session's two runs of --rounds 3, 2-rank shared-memory latency
+# 0.22 against 0.52 us, both with Open MPI at 0.44), and a stretch that
+# covered one library's whole sweep and not the next one's decided cells.
+# Each round starts with another library (pdcoll, Open MPI, Gloo, in turn),
+# so no library always runs first after the previous part's heaviest job.
 libraries=(pdcoll openmpi gloo)
 for round in $(seq "$rounds"); do
   for r in $ranks; do
     run_floor "$r"
-    for k in 0 1 2; do
-      "run_${libraries[$(((round - 1 + k) % 3))]}" "$r"
+    for what in $parts; do
+      for k in 0 1 2; do
+        "run_${libraries[$(((round - 1 + k) % 3))]}" "$r" "$what"
+      done
     done
   done
 done
