@@ -108,7 +108,7 @@ TEST_CASE("two uring_tcp ranks exchange messages from 0 bytes to 4 MiB with data
   CAPTURE(directional);
   CAPTURE(multishot);
   auto world = make_world(
-      2, {.bind_address = "127.0.0.1", .directional_connections = directional, .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
+      2, {.bind_address = "127.0.0.1", .directional_connections = directional, .receiving = receiving(multishot)});
   auto eps = raw(world);
   if (!multishot) CHECK_FALSE(as_tcp(*eps[0]).multishot_receive_enabled());
   CHECK(eps[0]->name() == (directional ? "uring_tcp:directional" : "uring_tcp"));
@@ -172,7 +172,7 @@ TEST_CASE("a large payload with its receive posted first lands in the user's buf
   bool multishot = true;
   SUBCASE("multishot recv") { multishot = true; }
   SUBCASE("one recv at a time") { multishot = false; }
-  auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
+  auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = receiving(multishot)});
   auto eps = raw(world);
   const std::size_t size = 8 << 20;
   auto data = pattern(size, 5);
@@ -199,7 +199,7 @@ TEST_CASE("hundreds of outstanding messages per peer arrive in order, expected o
   bool multishot = true;
   SUBCASE("multishot recv") { multishot = true; }
   SUBCASE("one recv at a time") { multishot = false; }
-  auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
+  auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = receiving(multishot)});
   auto eps = raw(world);
   constexpr int count = 600;
   std::deque<recorder> sends(count), recvs(count);
@@ -242,7 +242,7 @@ TEST_CASE("a multishot recv stays armed from message to message; one recv at a t
   // needs a recv per message, while a multishot recv is armed once.
   for (bool multishot : {true, false}) {
     CAPTURE(multishot);
-    auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
+    auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = receiving(multishot)});
     auto eps = raw(world);
     auto& receiver = as_tcp(*eps[1]);
     constexpr int rounds = 300;
@@ -295,7 +295,7 @@ TEST_CASE("a header cut by the end of a receive buffer is put together from two 
   // buffer ends, and 8 payload bytes.
   for (bool multishot : {true, false}) {
     CAPTURE(multishot);
-    auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = multishot ? uring::receive_mode::multishot : uring::receive_mode::single});
+    auto world = make_world(2, {.bind_address = "127.0.0.1", .receiving = receiving(multishot)});
     auto eps = raw(world);
     for (bool posted_first : {true, false}) {
       CAPTURE(posted_first);

@@ -126,4 +126,10 @@ inline pdcoll::transport::uring_tcp::tcp_endpoint& as_tcp(endpoint& e) {
   return dynamic_cast<pdcoll::transport::uring_tcp::tcp_endpoint&>(e);
 }
 
+/// The receive mode a test that runs both paths asks for.
+inline pdcoll::transport::uring_tcp::receive_mode receiving(bool multishot) {
+  using mode = pdcoll::transport::uring_tcp::receive_mode;
+  return multishot ? mode::multishot : mode::single;
+}
+
 }  // namespace uring_test
