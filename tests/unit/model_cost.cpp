@@ -69,19 +69,30 @@ TEST_CASE("the latency terms count the messages each algorithm sends") {
   CHECK(model::predict(model::algorithm::direct, 64, 8, latency_only) == doctest::Approx(1e-6));
 }
 
-TEST_CASE("automatic's thresholds agree with the model's crossovers on the reference machine") {
-  const auto& m = model::reference_shm;
-  const auto latency = model::crossover(model::algorithm::recursive_doubling, model::algorithm::rabenseifner, 4, m);
-  const auto bandwidth = model::crossover(model::algorithm::rabenseifner, model::algorithm::ring, 4, m);
-  CHECK(latency == pdcoll::algo::automatic_latency_threshold);
-  CHECK(bandwidth == pdcoll::algo::automatic_bandwidth_threshold);
-  // Away from the thresholds the model and the compile-time choice name the same algorithm.
-  for (std::size_t bytes = 8; bytes <= (std::size_t{1} << 30); bytes *= 2) {
-    if (bytes * 2 >= latency && bytes <= latency * 2) continue;
-    if (bytes * 2 >= bandwidth && bytes <= bandwidth * 2) continue;
-    CAPTURE(bytes);
-    CHECK(model::to_string(model::choose(4, double(bytes), m)) ==
-          pdcoll::algo::automatic_by_size::name_for(bytes));
+TEST_CASE("automatic's thresholds agree with the model's crossovers over TCP loopback, on 2 and 4 ranks") {
+  namespace algo = pdcoll::algo;
+  const auto& m = model::reference_tcp;
+  struct world {
+    int P;
+    std::size_t latency, bandwidth;
+    const char* (*name_for)(std::size_t);
+  };
+  for (const world w : {world{2, algo::automatic_pair_latency_threshold, algo::automatic_pair_bandwidth_threshold,
+                              &algo::automatic_pair_by_size::name_for},
+                        world{4, algo::automatic_latency_threshold, algo::automatic_bandwidth_threshold,
+                              &algo::automatic_by_size::name_for}}) {
+    CAPTURE(w.P);
+    const auto latency = model::crossover(model::algorithm::recursive_doubling, model::algorithm::rabenseifner, w.P, m);
+    const auto bandwidth = model::crossover(model::algorithm::rabenseifner, model::algorithm::ring, w.P, m);
+    CHECK(latency == w.latency);
+    CHECK(bandwidth == w.bandwidth);
+    // Away from the thresholds the model and the compile-time choice name the same algorithm.
+    for (std::size_t bytes = 8; bytes <= (std::size_t{1} << 30); bytes *= 2) {
+      if (bytes * 2 >= latency && bytes <= latency * 2) continue;
+      if (bytes * 2 >= bandwidth && bytes <= bandwidth * 2) continue;
+      CAPTURE(bytes);
+      CHECK(model::to_string(model::choose(w.P, double(bytes), m)) == w.name_for(bytes));
+    }
   }
 }
 

@@ -2,21 +2,25 @@
 // but the barrier: for the all-reduce the choice below; for the others, each
 // member's comment says what it runs.
 //
-// For the all-reduce, `automatic` is a by_size composition whose thresholds come from the cost
-// model (model/cost_model.hpp) with the parameters fitted on the reference
-// machine (libfabric shm, 2 and 4 ranks, bench/allreduce_sweep):
-// alpha 12 us, beta 0.11 ns/B, gamma 0.08 ns/B. The model's crossovers on 4
-// ranks: recursive doubling → Rabenseifner at 256 KiB (measured: between
-// 256 KiB and 2 MiB), Rabenseifner → ring at 1 MiB (the ring's extra
-// alphas are paid back once its reduction hides behind the wire). Larger
-// worlds move the ring's crossover up (model::crossover predicts it: ~16 MiB
-// at 64 ranks); the tests in tests/unit/model_*.cpp keep these constants and
-// the model in step. On 2 ranks recursive doubling is one exchange of the
-// whole buffer and Rabenseifner two of half of it: over io_uring TCP
-// recursive doubling measured 20-28 % ahead at 256-512 KiB (3.2-3.4 against
-// 2.5-2.7 GB/s at 256 KiB, 3 runs), over libfabric tcp the runs did not
-// separate from the noise, so the thresholds do not depend on the world
-// size yet.
+// For the all-reduce without node memory (TCP, io_uring, efa, verbs),
+// `automatic` is a by_size composition per world size whose thresholds are
+// the crossovers of the cost model (model/cost_model.hpp) with the
+// parameters of the reference machine over TCP loopback (reference_tcp:
+// alpha 40 us, beta 0.45 ns/B, gamma 0.07 ns/B), checked at compile time
+// below. On 2 ranks: recursive doubling (one exchange of the whole buffer)
+// below 2 MiB, Rabenseifner (two of half of it) below 4 MiB, the ring
+// (pipelined in 1 MiB chunks) from there. On more ranks: recursive doubling
+// below 256 KiB, Rabenseifner below 4 MiB, the ring. Measured on the
+// reference machine (pdcoll-bench --algo, float sum, in place, busbw GB/s,
+// medians of 5-8 interleaved rounds; design-notes item 29): 4 ranks over
+// io_uring 128 KiB recursive doubling 0.93 / Rabenseifner 0.97, 1 MiB
+// Rabenseifner 2.21 / ring 1.77, 2 MiB 2.03 / 2.02, 4 MiB 1.54 / 1.69,
+// 8 MiB 1.27 / 1.48; over libfabric tcp 2 MiB 1.21 / 0.72, 4 MiB 1.03 /
+// 1.11; 2 ranks over io_uring 1 MiB recursive doubling 5.80 / Rabenseifner
+// 5.08, 2 MiB 5.41 / 6.94. Larger worlds keep the 4-rank thresholds; the
+// model predicts the ring's crossover moving up with the world size
+// (model::crossover: 8 MiB at 8 ranks, 128 MiB at 64), which no machine
+// here can check.
 // Where the transport offers node memory (ranks on one host over libfabric
 // shm) the shared-memory algorithms replace that composition (see
 // automatic_scatter_threshold).
@@ -48,10 +52,16 @@
 
 namespace pdcoll::algo {
 
-/// Threshold (bytes) below which automatic uses recursive doubling.
+/// Threshold (bytes) below which automatic uses recursive doubling on more
+/// than 2 ranks without node memory.
 inline constexpr std::size_t automatic_latency_threshold = std::size_t{256} << 10;
-/// Threshold (bytes) from which automatic uses the ring.
-inline constexpr std::size_t automatic_bandwidth_threshold = std::size_t{1} << 20;
+/// Threshold (bytes) from which automatic uses the ring on more than 2 ranks
+/// without node memory.
+inline constexpr std::size_t automatic_bandwidth_threshold = std::size_t{4} << 20;
+/// automatic_latency_threshold on 2 ranks.
+inline constexpr std::size_t automatic_pair_latency_threshold = std::size_t{2} << 20;
+/// automatic_bandwidth_threshold on 2 ranks.
+inline constexpr std::size_t automatic_pair_bandwidth_threshold = std::size_t{4} << 20;
 
 /// Where the transport has node memory (ranks on one host over libfabric
 /// shm), automatic uses shared_memory below this many bytes and
@@ -64,15 +74,30 @@ inline constexpr std::size_t automatic_bandwidth_threshold = std::size_t{1} << 2
 /// message algorithms and even with the ring from 16 MiB.
 inline constexpr std::size_t automatic_scatter_threshold = std::size_t{32} << 10;
 
-// The thresholds above come from the cost model: it must assume the chunks
-// the algorithms use.
+// The thresholds above are the cost model's crossovers over TCP loopback:
+// the model must assume the chunks the algorithms use.
 static_assert(model::ring_chunk_bytes == static_cast<double>(ring::chunk_bytes));
 static_assert(model::pipeline_chunk_bytes == static_cast<double>(tree::chunk_bytes));
+static_assert(model::crossover(model::algorithm::recursive_doubling, model::algorithm::rabenseifner, 4,
+                               model::reference_tcp) == automatic_latency_threshold);
+static_assert(model::crossover(model::algorithm::rabenseifner, model::algorithm::ring, 4, model::reference_tcp) ==
+              automatic_bandwidth_threshold);
+static_assert(model::crossover(model::algorithm::recursive_doubling, model::algorithm::rabenseifner, 2,
+                               model::reference_tcp) == automatic_pair_latency_threshold);
+static_assert(model::crossover(model::algorithm::rabenseifner, model::algorithm::ring, 2, model::reference_tcp) ==
+              automatic_pair_bandwidth_threshold);
 
 /// Small messages by recursive doubling (latency: log2 P steps), mid sizes
-/// by Rabenseifner (ring bandwidth in log-many steps), large by the ring.
+/// by Rabenseifner (ring bandwidth in log-many steps), large by the ring:
+/// automatic's choice on more than 2 ranks without node memory.
 using automatic_by_size = by_size<recursive_doubling, automatic_latency_threshold, rabenseifner,
                                   automatic_bandwidth_threshold, ring>;
+
+/// automatic's choice on 2 ranks without node memory: recursive doubling is
+/// one exchange of the whole buffer, Rabenseifner two of half of it, so the
+/// first stays ahead to larger sizes than on more ranks.
+using automatic_pair_by_size = by_size<recursive_doubling, automatic_pair_latency_threshold, rabenseifner,
+                                       automatic_pair_bandwidth_threshold, ring>;
 
 /// The default all-reduce algorithm (see the file comment).
 struct automatic {
@@ -126,7 +151,7 @@ struct automatic {
       return ctx.bytes(ctx.count) < automatic_scatter_threshold ? shared_memory::all_reduce(ctx)
                                                                  : shared_memory_scatter::all_reduce(ctx);
     }
-    return automatic_by_size::all_reduce(ctx);
+    return ctx.world_size == 2 ? automatic_pair_by_size::all_reduce(ctx) : automatic_by_size::all_reduce(ctx);
   }
 
   /// The default reduce-scatter. Ranks on one host: through node memory
