@@ -2,7 +2,7 @@
 # Installs what pdcoll needs on a fresh Debian 12 machine. Idempotent: when
 # everything is present it only checks and returns.
 #   scripts/install-deps.sh            core: compilers, cmake, libfabric, liburing, doctest, CLI11
-#   scripts/install-deps.sh --bench    plus the baselines (Open MPI, Gloo), iperf3 (TCP ceiling) and matplotlib for bench/compare.sh
+#   scripts/install-deps.sh --bench    plus the baselines (Open MPI, Gloo), iperf3 (TCP ceiling), matplotlib for bench/compare.sh and valgrind for bench/instructions.sh
 #   scripts/install-deps.sh --conan    plus Conan 2 from PyPI
 #   scripts/install-deps.sh --mpi      plus Open MPI's mpirun and PMIx's headers (rendezvous under mpirun
 #                                      without PDCOLL_ROOT, include/pdcoll/bootstrap/pmix.hpp; tests/mpirun/run.sh)
@@ -12,7 +12,7 @@ set -euo pipefail
 
 core=(g++ clang cmake make pkg-config python3 python3-pip libfabric-dev libfabric-bin liburing-dev
       doctest-dev libcli11-dev libbenchmark-dev iproute2 ethtool libclang-rt-14-dev)
-bench=(libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib iperf3)
+bench=(libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib iperf3 valgrind)
 mpi=(openmpi-bin libpmix-dev openssh-client)  # mpirun looks for ssh (plm_rsh_agent) even for local ranks
 slurm=(slurmctld slurmd slurm-client)
 want=("${core[@]}")
