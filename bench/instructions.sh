@@ -25,7 +25,8 @@
 #   bench/instructions.sh --top 15                         # and where they go (exclusive, per operation)
 #
 # Options: --ranks N (2) --transport shm|tcp|uring|uring-directional (shm)
-# --domain host|host_shareable (host) --bytes B (8) --collective C (all_reduce)
+# --domain host|host_shareable (host) --bytes B (8) --collective
+# all_reduce|broadcast|reduce|all_gather|reduce_scatter|all_to_all (all_reduce)
 # --algo A (automatic) --iters N (2000) --top K (0: the total only; K: the
 # K costliest functions per operation, by the difference of the first and
 # last launch) --build DIR (build-bench: pdcoll-bench built there, e.g. by
@@ -53,6 +54,10 @@ bench="$build/bench/pdcoll-bench"
 [[ -x $bench ]] || { echo "instructions.sh: $bench is not built (cmake --build $build --target pdcoll-bench)" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is missing (scripts/install-deps.sh --bench)" >&2; exit 1; }
 ((ranks >= 2)) || { echo "instructions.sh: --ranks must be at least 2" >&2; exit 2; }
+case $collective in
+  all_reduce | broadcast | reduce | all_gather | reduce_scatter | all_to_all) ;;
+  *) echo "instructions.sh: --collective $collective is not one it counts (pdcoll-bench's collective_sender ones)" >&2; exit 2 ;;
+esac
 
 work=$(mktemp -d /tmp/pdcoll-instructions.XXXXXX)
 trap 'rm -rf "$work"' EXIT
