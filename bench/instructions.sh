@@ -9,9 +9,8 @@
 # polling (PDCOLL_POLL_US, default 1 s), so they are always there first:
 # rank 0 never waits, and what it counts is the work of the operation
 # itself (launching, posting or publishing, reducing, completing), not
-# spinning. Three
-# launches with N, 2N and 3N iterations; the differences cancel setup and
-# teardown; the smaller of the two differences is the figure (a wait only
+# spinning. Three launches with N, 2N and 3N iterations; the differences
+# cancel setup and teardown; the smaller of the two differences is the figure (a wait only
 # adds polling), and where they disagree by more than 5 % rank 0 did wait in
 # one and the script warns. Counted: everything inside sync_wait() of the
 # collective's sender (connect, start, the transport's work, completion,
@@ -76,15 +75,18 @@ EOF
 chmod +x "$work/rank0.sh"
 
 export PDCOLL_POLL_US=${PDCOLL_POLL_US:-1000000} PDCOLL_TIMEOUT_MS=${PDCOLL_TIMEOUT_MS:-600000}
-totals=()
+totals=() mains=()
 for k in 1 2 3; do
   out="$work/cg.$k"
   CALLGRIND_OUT=$out tools/pdcoll-run -n "$ranks" --timeout 1800 "$work/rank0.sh" "$bench" --transport "$transport" \
     --domain "$domain" --collective "$collective" --algo "$algo" -b "$bytes" -e "$bytes" -n $((k * iters)) -w 10 -c 0 --timing mean \
     >"$work/run.$k.log" 2>&1 || { cat "$work/run.$k.log" >&2; echo "instructions.sh: launch $k failed" >&2; exit 1; }
-  main=$(ls "$out"-01 2>/dev/null || ls "$out" 2>/dev/null) || { echo "instructions.sh: no callgrind output" >&2; exit 1; }
-  cp "$main" "$work/main.$k"
-  totals+=("$(awk '/^summary:/ { print $2 }' "$work/main.$k")")
+  # The main thread's file (cg.k-01), or the only one where the run had no other thread.
+  main=$out-01
+  [[ -f $main ]] || main=$out
+  [[ -f $main ]] || { echo "instructions.sh: no callgrind output" >&2; exit 1; }
+  mains+=("$main")
+  totals+=("$(awk '/^summary:/ { print $2 }' "$main")")
 done
 
 # pdcoll-bench times each size out of place and, where the collective has
@@ -111,7 +113,7 @@ PY
 if ((top > 0)); then
   # Exclusive cost per function in the first and last launch, differenced.
   for k in 1 3; do
-    callgrind_annotate --threshold=100 --show-percs=no "$work/main.$k" 2>/dev/null |
+    callgrind_annotate --threshold=100 --show-percs=no "${mains[k - 1]}" 2>/dev/null |
       awk '$1 ~ /^[0-9][0-9,]*$/ && NF >= 2 { c = $1; gsub(",", "", c); $1 = ""; sub(/^ +/, ""); print c "\t" $0 }' \
       >"$work/functions.$k"
   done
