@@ -5,7 +5,7 @@
 //
 //     tools/pdcoll-run -n 2 build-perf-rel/bench/allreduce_sweep --algo ring --min 8 --max 256M
 //
-// Options: --algo automatic|ring|recursive_doubling|rabenseifner|tree|direct
+// Options: --algo automatic|ring|recursive_doubling|rabenseifner|tree|direct|two_shot
 // (default automatic), --min/--max bytes (K/M/G suffixes), --factor (x4),
 // --iters per size (default: fewer for larger sizes), --warmup, --out-of-place.
 // Every size is checked once (rank r contributes r+1) before it is timed.
@@ -79,6 +79,7 @@ runner runner_for(const std::string& name) {
   if (name == "rabenseifner") return &run_one<algo::rabenseifner>;
   if (name == "tree") return &run_one<algo::tree>;
   if (name == "direct") return &run_one<algo::direct>;
+  if (name == "two_shot") return &run_one<algo::two_shot>;
   throw std::invalid_argument("unknown algorithm " + name);
 }
 

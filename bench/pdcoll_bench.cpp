@@ -419,7 +419,7 @@ void with_type(const std::string& name, F&& f) {
 /// The algorithms --algo accepts for each collective (the first is the default).
 const std::map<std::string, std::vector<std::string>>& algorithms() {
   static const std::map<std::string, std::vector<std::string>> table{
-      {"all_reduce", {"automatic", "ring", "recursive_doubling", "rabenseifner", "tree", "direct"}},
+      {"all_reduce", {"automatic", "ring", "recursive_doubling", "rabenseifner", "tree", "direct", "two_shot"}},
       {"broadcast", {"automatic", "tree", "chain", "shared_memory"}},
       {"reduce", {"automatic", "tree", "shared_memory"}},
       {"all_gather", {"automatic", "ring", "recursive_doubling", "shared_memory"}},
@@ -461,7 +461,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"}));
   app.add_option("--algo", opt.algo,
-                 "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct (sets PDCOLL_ALGO); "
+                 "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct|two_shot (sets PDCOLL_ALGO); "
                  "broadcast automatic|tree|chain|shared_memory; reduce automatic|tree|shared_memory; all_gather "
                  "automatic|ring|recursive_doubling|shared_memory; reduce_scatter automatic|ring|recursive_halving|shared_memory; "
                  "all_to_all automatic|pairwise|direct|shared_memory")

@@ -216,6 +216,8 @@ TEST_CASE("all_reduce with every algorithm matches the reference for float, bflo
   all_reduce_matrix<algo::rabenseifner>(f, salt);
   all_reduce_matrix<algo::tree>(f, salt);
   all_reduce_matrix<algo::direct>(f, salt);
+  all_reduce_matrix<algo::two_shot>(f, salt);
+  all_reduce_matrix<algo::two_shot_chunked<4096, 2>>(f, salt);
   all_reduce_matrix<algo::shared_memory>(f, salt);
   all_reduce_matrix<algo::shared_memory_scatter>(f, salt);
   all_reduce_matrix<algo::automatic>(f, salt);

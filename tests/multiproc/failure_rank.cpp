@@ -63,12 +63,13 @@ std::error_code outcome(S&& sender) {
 // The all-reduce of iteration `it`, with an algorithm picked by `algo`.
 std::error_code all_reduce_with(pdcoll::communicator& comm, std::vector<float>& data, unsigned algo) {
   namespace algo_ns = pdcoll::algo;
-  switch (algo % 6) {
+  switch (algo % 7) {
     case 0: return outcome(pdcoll::all_reduce<algo_ns::ring>(comm, data));
     case 1: return outcome(pdcoll::all_reduce<algo_ns::recursive_doubling>(comm, data));
     case 2: return outcome(pdcoll::all_reduce<algo_ns::rabenseifner>(comm, data));
     case 3: return outcome(pdcoll::all_reduce<algo_ns::tree>(comm, data));
     case 4: return outcome(pdcoll::all_reduce<algo_ns::shared_memory>(comm, data));
+    case 5: return outcome(pdcoll::all_reduce<algo_ns::two_shot_chunked<4096, 2>>(comm, data));
     default: return outcome(pdcoll::all_reduce(comm, data));
   }
 }

@@ -51,11 +51,12 @@ TEST_CASE("10000 random collectives on 4 ranks give no wrong result and keep mem
           case 0: {  // all_reduce sum, algorithm chosen at random
             std::vector<std::int32_t> d(n, rank + it % 7);
             const std::int32_t want = world * (it % 7) + world * (world - 1) / 2;
-            switch (choice % 5) {
+            switch (choice % 6) {
               case 0: pdcoll::exec::sync_wait(pdcoll::all_reduce<pdcoll::algo::ring>(comm, d)); break;
               case 1: pdcoll::exec::sync_wait(pdcoll::all_reduce<pdcoll::algo::recursive_doubling>(comm, d)); break;
               case 2: pdcoll::exec::sync_wait(pdcoll::all_reduce<pdcoll::algo::rabenseifner>(comm, d)); break;
               case 3: pdcoll::exec::sync_wait(pdcoll::all_reduce<pdcoll::algo::tree>(comm, d)); break;
+              case 4: pdcoll::exec::sync_wait(pdcoll::all_reduce<pdcoll::algo::two_shot_chunked<4096, 2>>(comm, d)); break;
               default: pdcoll::exec::sync_wait(pdcoll::all_reduce<pdcoll::algo::direct>(comm, d)); break;
             }
             for (auto v : d) right = right && v == want;

@@ -234,6 +234,15 @@ TEST_CASE("all_reduce matches the reference for every algorithm, type, op and wo
       all_reduce_matrix<algo::tree>(comm, f);
       all_reduce_matrix<algo::tree_chunked<64>>(comm, f);
       all_reduce_matrix<algo::direct>(comm, f);
+      all_reduce_matrix<algo::two_shot>(comm, f);
+      all_reduce_matrix<algo::two_shot_chunked<4096, 2>>(comm, f);  // many chunks, slots reused
+      // One-element chunks: at P + 1 elements segment 0 has two chunks and
+      // the others an empty second one.
+      std::uint64_t salt = 3000;
+      for (std::size_t count : counts_for(comm.world_size(), false)) {
+        all_reduce_all_ops<algo::two_shot_chunked<1, 2>, float>(comm, f, count, salt);
+        all_reduce_all_ops<algo::two_shot_chunked<1, 1>, std::int64_t>(comm, f, count, salt);
+      }
       all_reduce_matrix<algo::automatic>(comm, f);
     });
   }
@@ -308,6 +317,7 @@ TEST_CASE("every collective and algorithm stays right when one rank's completion
           all_reduce_case<algo::rabenseifner, double, op::sum_t>(comm, f, count, ++salt, in_place);
           all_reduce_case<algo::tree_chunked<64>, std::int64_t, op::sum_t>(comm, f, count, ++salt, in_place);
           all_reduce_case<algo::direct, float, op::sum_t>(comm, f, count, ++salt, in_place);
+          all_reduce_case<algo::two_shot_chunked<4096, 2>, float, op::sum_t>(comm, f, count, ++salt, in_place);
           all_reduce_case<algo::automatic, bfloat16, op::sum_t>(comm, f, count, ++salt, in_place);
           all_gather_case<algo::ring, float>(comm, f, count, ++salt, in_place);
           all_gather_case<algo::recursive_doubling, std::uint8_t>(comm, f, count, ++salt, in_place);

@@ -26,10 +26,11 @@
 // automatic_scatter_threshold).
 //
 // PDCOLL_ALGO=<name> forces one of the all-reduce algorithms compiled in
-// (ring, recursive_doubling, rabenseifner, tree, direct, shared_memory,
-// shared_memory_scatter) for experiments; PDCOLL_ALGO=automatic is the
-// same as leaving it unset. The other collectives do not read
-// it (name their algorithm as the template argument instead). Every rank
+// (ring, recursive_doubling, rabenseifner, tree, direct, two_shot,
+// shared_memory, shared_memory_scatter) for experiments;
+// PDCOLL_ALGO=automatic is the same as leaving it unset. The other
+// collectives do not read it (name their algorithm as the template
+// argument instead). Every rank
 // must set the same value. Any other value completes every automatic
 // all-reduce with errc::invalid_argument (nothing is sent).
 #pragma once
@@ -43,6 +44,7 @@
 #include <pdcoll/algorithm/ring.hpp>
 #include <pdcoll/algorithm/shared_memory.hpp>
 #include <pdcoll/algorithm/tree.hpp>
+#include <pdcoll/algorithm/two_shot.hpp>
 #include <pdcoll/error.hpp>
 #include <pdcoll/model/cost_model.hpp>
 
@@ -118,6 +120,7 @@ struct automatic {
     if (!std::strcmp(v, rabenseifner::name)) return {&rabenseifner::all_reduce};
     if (!std::strcmp(v, tree::name)) return {&tree::all_reduce};
     if (!std::strcmp(v, direct::name)) return {&direct::all_reduce};
+    if (!std::strcmp(v, two_shot::name)) return {&two_shot::all_reduce};
     if (!std::strcmp(v, shared_memory::name)) return {&shared_memory::all_reduce};
     if (!std::strcmp(v, shared_memory_scatter::name)) return {&shared_memory_scatter::all_reduce};
     return {nullptr, true};
