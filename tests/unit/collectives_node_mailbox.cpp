@@ -55,10 +55,10 @@ const std::array<float, 2> in0{1.0f, 2.0f}, in1{10.0f, 20.0f};
 const auto* bytes0 = reinterpret_cast<const std::byte*>(in0.data());
 const auto* bytes1 = reinterpret_cast<const std::byte*>(in1.data());
 
-/// `op`'s result out of place; `input`: what its rank published.
-std::array<float, 2> reduce(node_small_all_reduce& op, const std::byte* input) {
+/// `op`'s result out of place.
+std::array<float, 2> reduce(node_small_all_reduce& op) {
   std::array<float, 2> out{};
-  op.reduce_into(reinterpret_cast<std::byte*>(out.data()), input, sizeof out, out.size(), sum.apply3, sum.apply);
+  op.reduce_into(reinterpret_cast<std::byte*>(out.data()), out.size(), sum.apply3, sum.apply);
   return out;
 }
 
@@ -71,7 +71,7 @@ TEST_CASE("a mailbox is reused only once every peer has read what it last held")
   CHECK(a0.peers() == state::waiting);
   REQUIRE(a1.try_publish(bytes1, 8));
   REQUIRE(a0.peers() == state::ready);
-  CHECK(reduce(a0, bytes0) == std::array<float, 2>{11.0f, 22.0f});
+  CHECK(reduce(a0) == std::array<float, 2>{11.0f, 22.0f});
 
   // Rank 0 runs collective 1 on another path and reaches 2, whose mailbox
   // still holds collective 0's contribution, which rank 1 has not read.
@@ -79,16 +79,16 @@ TEST_CASE("a mailbox is reused only once every peer has read what it last held")
   CHECK_FALSE(c0.can_advance());
   CHECK_FALSE(c0.try_publish(bytes1, 8));
   REQUIRE(a1.peers() == state::ready);
-  CHECK(reduce(a1, bytes1) == std::array<float, 2>{11.0f, 22.0f});  // what rank 0 wrote for 0, untouched
+  CHECK(reduce(a1) == std::array<float, 2>{11.0f, 22.0f});  // what rank 0 wrote for 0, untouched
   CHECK(c0.can_advance());
   REQUIRE(c0.try_publish(bytes1, 8));
 
   auto c1 = w.op(1, 2, 1);
   REQUIRE(c1.try_publish(bytes0, 8));
   REQUIRE(c1.peers() == state::ready);
-  CHECK(reduce(c1, bytes0) == std::array<float, 2>{11.0f, 22.0f});
+  CHECK(reduce(c1) == std::array<float, 2>{11.0f, 22.0f});
   REQUIRE(c0.peers() == state::ready);
-  CHECK(reduce(c0, bytes1) == std::array<float, 2>{11.0f, 22.0f});
+  CHECK(reduce(c0) == std::array<float, 2>{11.0f, 22.0f});
 }
 
 TEST_CASE("in place, ranks 0 and 1 combine their own contribution from the buffer and later ranks from their mailbox") {
@@ -105,8 +105,8 @@ TEST_CASE("in place, ranks 0 and 1 combine their own contribution from the buffe
   REQUIRE(a2.peers() == state::ready);
   auto* p1 = reinterpret_cast<std::byte*>(buf1.data());
   auto* p2 = reinterpret_cast<std::byte*>(buf2.data());
-  a1.reduce_into(p1, p1, 8, 2, sum.apply3, sum.apply);
-  a2.reduce_into(p2, p2, 8, 2, sum.apply3, sum.apply);
+  a1.reduce_into(p1, 2, sum.apply3, sum.apply);
+  a2.reduce_into(p2, 2, sum.apply3, sum.apply);
   CHECK(buf1 == std::array<float, 2>{111.0f, 222.0f});
   CHECK(buf2 == std::array<float, 2>{111.0f, 222.0f});
 }
@@ -119,7 +119,7 @@ TEST_CASE("a rank publishes a mailbox only after it has read the mailboxes of it
   auto a1 = w.op(1, 0, 0);
   REQUIRE(a1.try_publish(bytes1, 8));
   REQUIRE(a0.peers() == state::ready);
-  reduce(a0, bytes0);
+  reduce(a0);
   CHECK(b0.try_publish(bytes0, 8));
 }
 
@@ -133,11 +133,11 @@ TEST_CASE("small all-reduces publish in sequence order, also when a later one fi
   REQUIRE(z0.try_publish(bytes0, 8));
   REQUIRE(z1.try_publish(bytes1, 8));
   REQUIRE(z0.peers() == state::ready);
-  reduce(z0, bytes0);
+  reduce(z0);
   auto a0 = w.op(0, 3, 2), b0 = w.op(0, 5, 4);
   CHECK_FALSE(a0.try_publish(bytes0, 8));
   REQUIRE(z1.peers() == state::ready);
-  reduce(z1, bytes1);
+  reduce(z1);
   CHECK_FALSE(b0.can_advance());
   CHECK_FALSE(b0.try_publish(bytes0, 8));
   CHECK(a0.try_publish(bytes0, 8));
@@ -163,8 +163,8 @@ TEST_CASE("with more ranks than CPUs, a small all-reduce spins only while the pe
   REQUIRE(a0.try_publish(bytes0, 8));
   CHECK_FALSE(a0.peers_elsewhere());
   REQUIRE(a1.try_publish(bytes1, 8));
-  reduce(a0, bytes0);
-  reduce(a1, bytes1);
+  reduce(a0);
+  reduce(a1);
   // Collective 1: rank 1's latest publication (collective 0) came from CPU 5.
   auto b0 = w.op(0, 1, 1, 7, false, 3);
   REQUIRE(b0.try_publish(bytes0, 8));
@@ -173,8 +173,8 @@ TEST_CASE("with more ranks than CPUs, a small all-reduce spins only while the pe
   auto b1 = w.op(1, 1, 1, 7, false, 3);
   REQUIRE(b1.try_publish(bytes1, 8));
   CHECK(b0.peers_elsewhere());  // nobody missing any more: look again
-  reduce(b0, bytes0);
-  reduce(b1, bytes1);
+  reduce(b0);
+  reduce(b1);
   auto c0 = w.op(0, 2, 2, 7, false, 3);
   REQUIRE(c0.try_publish(bytes0, 8));
   CHECK_FALSE(c0.peers_elsewhere());
@@ -188,7 +188,7 @@ TEST_CASE("with more ranks than CPUs, every missing peer must have run elsewhere
   for (int r = 0; r < 3; ++r) first.push_back(w.op(r, 0, 0, 7, false, cpu[static_cast<std::size_t>(r)]));
   for (auto& op : first) REQUIRE(op.try_publish(bytes0, 8));
   for (auto& op : first) REQUIRE(op.peers() == state::ready);
-  for (auto& op : first) reduce(op, bytes0);
+  for (auto& op : first) reduce(op);
   auto a1 = w.op(1, 1, 1, 7, false, 0);
   REQUIRE(a1.try_publish(bytes0, 8));
   CHECK_FALSE(a1.peers_elsewhere());  // rank 0 ran elsewhere, but rank 2 on this CPU
@@ -208,8 +208,8 @@ TEST_CASE("a rank that does not know its own CPU never spins because its peers r
     auto a0 = w.op(0, 0, 0, 7, false, 3), a1 = w.op(1, 0, 0, 7, false, 5);
     REQUIRE(a0.try_publish(bytes0, 8));
     REQUIRE(a1.try_publish(bytes1, 8));
-    reduce(a0, bytes0);
-    reduce(a1, bytes1);
+    reduce(a0);
+    reduce(a1);
     auto b0 = w.op(0, 1, 1, 7, false, own_cpu);
     REQUIRE(b0.try_publish(bytes0, 8));
     CHECK(b0.peers_elsewhere() == (own_cpu >= 0));

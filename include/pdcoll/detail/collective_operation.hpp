@@ -598,8 +598,8 @@ class collective_op_base : public collective_context, public operation_base {
       finish(std::make_error_code(std::errc::operation_canceled));
       return true;
     }
-    const auto* in = static_cast<const std::byte*>(spec_.input.region.address);
-    if (!small_->try_publish(in, count * element_size)) return false;
+    if (!small_->try_publish(static_cast<const std::byte*>(spec_.input.region.address), count * element_size))
+      return false;
     switch (small_->peers()) {
       case node_small_all_reduce::state::waiting:
         if (wake_if_waiting) small_->wake_peers();
@@ -608,7 +608,7 @@ class collective_op_base : public collective_context, public operation_base {
       case node_small_all_reduce::state::ready: break;
     }
     auto* out = static_cast<std::byte*>(spec_.output.region.address);
-    small_->reduce_into(out, in, count * element_size, count, red->apply3, red->apply);
+    small_->reduce_into(out, count, red->apply3, red->apply);
     if (red->finalize) red->finalize(out, count, world_size);
     finish({});
     return true;

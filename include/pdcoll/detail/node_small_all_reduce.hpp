@@ -119,6 +119,7 @@ class node_small_all_reduce {
     store_flag(header.done, load_flag(own_flags().mail_done));
     store_flag(header.cpu, cpu_mark_);
     store_flag(header.mark, seq_ + 1);
+    input_ = input;
     published_ = true;
     woken_ = false;
     return true;
@@ -183,15 +184,17 @@ class node_small_all_reduce {
   /// After peers() == ready: output = every rank's contribution of `count`
   /// elements combined in rank order with `apply3` / `apply` (see
   /// reduction_table); then marks the mailboxes read (and the check
-  /// complete) and wakes peers (for the publication too). `input` (`bytes`
-  /// long, what try_publish() copied) stands in for this rank's own mailbox
-  /// wherever it still holds the contribution when the reduction gets to it:
-  /// reading the mailbox lines just written, while peers pull them to their
-  /// cores, made a 2-rank 4 KiB exchange about a fifth slower.
-  void reduce_into(std::byte* output, const std::byte* input, std::size_t bytes, std::size_t count,
+  /// complete) and wakes peers (for the publication too). `output` is the
+  /// input try_publish() copied (in place) or does not overlap it (the
+  /// collective's checks reject any other overlap). That input stands in
+  /// for this rank's own mailbox wherever it still holds the contribution
+  /// when the reduction gets to it: reading the mailbox lines just written,
+  /// while peers pull them to their cores, made a 2-rank 4 KiB exchange
+  /// about a fifth slower.
+  void reduce_into(std::byte* output, std::size_t count,
                    void (*apply3)(void*, const void*, const void*, std::size_t) noexcept,
                    void (*apply)(void*, const void*, std::size_t) noexcept) noexcept {
-    const std::byte* own = own_contribution(output, input, bytes);
+    const std::byte* own = own_contribution(output);
     auto source = [&](int q) { return q == rank_ ? own : contribution(q); };
     apply3(output, source(0), source(1), count);
     for (int q = 2; q < world_size_; ++q) apply(output, source(q), count);
@@ -206,16 +209,12 @@ class node_small_all_reduce {
   node_flags& flags(int rank) const noexcept { return *reinterpret_cast<node_flags*>(regions_[rank]); }
   node_flags& own_flags() const noexcept { return flags(rank_); }
   const std::byte* contribution(int rank) const noexcept { return mailbox(rank, seq_) + node_mail_payload; }
-  // Where reduce_into() reads this rank's contribution: `input` when the
-  // output does not overlap it, or is it and the first combine (ranks 0 and
-  // 1, element by element in place) reads it before writing; otherwise the
-  // mailbox's copy, as the output overwrites the input before its turn.
-  const std::byte* own_contribution(const std::byte* output, const std::byte* input,
-                                    std::size_t bytes) const noexcept {
-    if (input == output) return rank_ <= 1 ? input : contribution(rank_);
-    const auto o = reinterpret_cast<std::uintptr_t>(output), i = reinterpret_cast<std::uintptr_t>(input);
-    const bool disjoint = o + bytes <= i || i + bytes <= o;
-    return disjoint ? input : contribution(rank_);
+  // Where reduce_into() reads this rank's contribution: the published input
+  // out of place, or in place where the first combine (ranks 0 and 1,
+  // element by element) reads it before writing; otherwise the mailbox's
+  // copy, as the output overwrites the input before its turn.
+  const std::byte* own_contribution(const std::byte* output) const noexcept {
+    return output != input_ || rank_ <= 1 ? input_ : contribution(rank_);
   }
 
   // This rank finished reading for its previous small all-reduce (so they
@@ -246,6 +245,7 @@ class node_small_all_reduce {
   std::uint64_t signature_;
   std::uint64_t cpu_mark_;
   bool verify_;
+  const std::byte* input_ = nullptr;  // what try_publish() copied
   bool published_ = false;
   bool woken_ = true;
 };
