@@ -1073,7 +1073,7 @@ class tcp_endpoint final : public transport::endpoint {
                   "uring_tcp statistics: %llu messages sent in %llu send submissions (%llu zero-copy, %llu from "
                   "fixed buffers); %llu messages received by %llu recv submissions and %llu recv completions "
                   "(%llu multishot recvs ended alive); payload bytes %llu in place, %llu copied from staging or "
-                  "provided buffers (%llu bytes arrived in provided buffers); %llu unexpected messages",
+                  "provided buffers (%llu bytes arrived in provided buffers); %llu unexpected messages, %llu payload bytes copied out of them",
                   static_cast<unsigned long long>(c.messages_sent), static_cast<unsigned long long>(c.send_submissions),
                   static_cast<unsigned long long>(c.zero_copy_submissions),
                   static_cast<unsigned long long>(c.fixed_buffer_submissions),
@@ -1084,7 +1084,8 @@ class tcp_endpoint final : public transport::endpoint {
                   static_cast<unsigned long long>(c.bytes_received_in_place),
                   static_cast<unsigned long long>(c.bytes_staged),
                   static_cast<unsigned long long>(c.provided_buffer_bytes),
-                  static_cast<unsigned long long>(c.unexpected_messages));
+                  static_cast<unsigned long long>(c.unexpected_messages),
+                  static_cast<unsigned long long>(c.unexpected_bytes_copied));
     try {
       pdcoll::detail::log(pdcoll::detail::log_level::info, rank_, line);
     } catch (...) {
