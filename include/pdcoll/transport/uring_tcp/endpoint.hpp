@@ -1068,12 +1068,13 @@ class tcp_endpoint final : public transport::endpoint {
   void log_statistics() const noexcept {
     if (pdcoll::detail::current_log_level() < pdcoll::detail::log_level::info) return;
     const statistics& c = stats_;
-    char line[640];
+    char line[768];  // room for every counter at 20 digits
     std::snprintf(line, sizeof line,
                   "uring_tcp statistics: %llu messages sent in %llu send submissions (%llu zero-copy, %llu from "
                   "fixed buffers); %llu messages received by %llu recv submissions and %llu recv completions "
                   "(%llu multishot recvs ended alive); payload bytes %llu in place, %llu copied from staging or "
-                  "provided buffers (%llu bytes arrived in provided buffers); %llu unexpected messages, %llu payload bytes copied out of them",
+                  "provided buffers (%llu bytes arrived in provided buffers); %llu unexpected messages, %llu payload "
+                  "bytes copied out of them",
                   static_cast<unsigned long long>(c.messages_sent), static_cast<unsigned long long>(c.send_submissions),
                   static_cast<unsigned long long>(c.zero_copy_submissions),
                   static_cast<unsigned long long>(c.fixed_buffer_submissions),
