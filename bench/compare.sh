@@ -27,10 +27,12 @@
 # exchange" series), a PNG (busbw vs size, one panel per rank count, the
 # ceiling a flat line), a ratio table (the best pdcoll series, shareable
 # buffers included, vs the best baseline; below 256 KiB shareable buffers
-# run the same code as ordinary ones, so a difference there is noise; then
-# every TCP series' busbw over the ceiling, then the best pdcoll and baseline
-# over the ring exchange) and the ceiling's per-stream figures
-# (tcp_ceiling.csv), all under --out.
+# run the same code as ordinary ones, so a difference there is noise; with
+# two or more rounds, each cell also gets the ratio every round gives alone,
+# lowest-highest, and how many rounds reach the bar; then every TCP series'
+# busbw over the ceiling, then the best pdcoll and baseline over the ring
+# exchange), every round's rows before the median (compare_rounds.csv) and
+# the ceiling's per-stream figures (tcp_ceiling.csv), all under --out.
 #
 #   bench/compare.sh                     # full sweep (tens of minutes on 2 cores)
 #   bench/compare.sh --max 16M --iters 5 # quick smoke
@@ -169,7 +171,7 @@ mkdir -p "$raw/floor"
 run_floor() {
   (($1 > 1)) || return 0
   run "tcp-latency-floor-n$1" tools/pdcoll-run -n "$1" --timeout "$timeout_s" "$bin/tcp_latency_floor" \
-    -b 8 -e 8 -n 2000 -w 200 --timing mean --csv "$raw/floor/$((n++)).csv"
+    -b 8 -e 8 -n 2000 -w 200 --timing mean --csv "$raw/floor/round$round-$((n++)).csv"
 }
 
 # One library's runs of one part (small, large, latency) for R ranks:
@@ -181,7 +183,8 @@ run_pdcoll() {
     t=${config%%:*} domain=${config#*:}
     for algo in $algos; do
       run "pdcoll-$t-$domain-$algo-n$1-$2" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
-        "$bin/pdcoll-bench" --transport "$t" --domain "$domain" --algo "$algo" "${args[@]}" --csv "$raw/$((n++)).csv"
+        "$bin/pdcoll-bench" --transport "$t" --domain "$domain" --algo "$algo" "${args[@]}" \
+        --csv "$raw/round$round-$((n++)).csv"
     done
   done
 }
@@ -193,7 +196,7 @@ run_openmpi() {
     btl=(--mca btl "self,$t")
     [ "$t" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
     run "openmpi-$t-n$1-$2" "${mpi[@]}" -n "$1" "${btl[@]}" \
-      "$bin/mpi_allreduce_bench" --transport "$t" "${args[@]}" --csv "$raw/$((n++)).csv"
+      "$bin/mpi_allreduce_bench" --transport "$t" "${args[@]}" --csv "$raw/round$round-$((n++)).csv"
   done
 }
 run_gloo() {
@@ -201,7 +204,7 @@ run_gloo() {
   sizes "$2"
   for a in allreduce ring_chunked halving_doubling; do
     run "gloo-$a-n$1-$2" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
-      "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/$((n++)).csv"
+      "$bin/gloo_allreduce_bench" --algo "$a" "${args[@]}" --csv "$raw/round$round-$((n++)).csv"
   done
 }
 
@@ -239,14 +242,14 @@ if [ -f "$ceiling" ]; then
   "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" \
     "$raw"/*.csv "$raw/ceiling/rows.csv" "${exchange[@]}"
   "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/ceiling/libraries.csv" --table "$out/compare.md" \
-    --floor "${floor[@]}" -- "$raw"/*.csv
+    --rounds-csv "$out/compare_rounds.csv" --floor "${floor[@]}" -- "$raw"/*.csv
   python3 bench/tcp_ceiling.py table --measured "$ceiling" --cores "$(nproc)" \
     "${exchange[@]/#/--exchange=}" "$raw"/*.csv >>"$out/compare.md"
 else
   echo "compare.sh: no TCP ceiling this run (see above); compare.md has no ceiling ratios" | tee -a "$log"
   "$py" bench/plot.py --cores "$(nproc)" --csv "$out/compare.csv" --png "$out/compare.png" "$raw"/*.csv "${exchange[@]}"
   "$py" bench/plot.py --cores "$(nproc)" --csv "$raw/libraries.csv.tmp" --table "$out/compare.md" \
-    --floor "${floor[@]}" -- "$raw"/*.csv
+    --rounds-csv "$out/compare_rounds.csv" --floor "${floor[@]}" -- "$raw"/*.csv
 fi
 cat "$out/compare.md"
-echo "compare.sh: wrote $out/compare.csv, $out/compare.png, $out/compare.md$([ -f "$ceiling" ] && echo ", $ceiling") (full output: $log)"
+echo "compare.sh: wrote $out/compare.csv, $out/compare_rounds.csv, $out/compare.png, $out/compare.md$([ -f "$ceiling" ] && echo ", $ceiling") (full output: $log)"
