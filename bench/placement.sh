@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# File: bench/placement.sh — how much of a small oversubscribed all-reduce's
+# time is the CPU placement of its ranks. Runs one size over TCP loopback
+# (fp32 sum, in place) with pdcoll (io_uring, automatic) and Open MPI (TCP
+# BTL on lo), each rank pinned by `taskset` to the CPU a map gives it, and
+# unbound, the two libraries taking turns map by map, and prints a table of
+# the in-place median time per map and library (the median over rounds),
+# with the rounds' range.
+#
+# With 4 ranks on 2 CPUs a launch left unbound settles into one placement
+# for its whole life, and which one it is decides more of its time than the
+# library does (design-notes item 36): recursive doubling's first-step
+# partners (0,1 and 2,3) on one CPU is the fast placement for pdcoll and
+# Open MPI alike; every partner on the other CPU is the slow one.
+#
+#   bench/placement.sh                                  # 4 ranks, 4 KiB, 4 rounds
+#   bench/placement.sh --size 64K --iters 1000 --maps "0011 0101"
+#
+# Options: --ranks N (4) --size BYTES (4K) --iters N (3000) --rounds N (4)
+# --maps "M ..." (0011 0110 0101: digit k is the CPU of rank k, an index into
+# this process's allowed CPUs; "unbound" is always run too) --build DIR
+# (build-bench: pdcoll-bench and mpi_allreduce_bench built there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ranks=4 size=4K iters=3000 rounds=4 maps="0011 0110 0101" build=build-bench
+while (($#)); do
+  case "$1" in
+    --ranks) ranks=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --maps) maps=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "placement.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+bin=$build/bench
+for p in pdcoll-bench mpi_allreduce_bench; do
+  [ -x "$bin/$p" ] || { echo "placement.sh: $bin/$p is missing (scripts/install-deps.sh --bench, then build)" >&2; exit 1; }
+done
+for m in $maps; do
+  [[ ${#m} -eq $ranks && $m =~ ^[0-9]+$ ]] || { echo "placement.sh: map $m needs one CPU digit per rank ($ranks)" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d /tmp/pdcoll-placement.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+# The wrapper pins the rank it starts: PDCOLL_RANK under pdcoll-run,
+# OMPI_COMM_WORLD_RANK under mpirun; the map's digit indexes the CPUs this
+# script may use.
+mapfile -t cpus < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
+cat >"$tmp/pin" <<EOF
+#!/usr/bin/env bash
+cpus=(${cpus[*]})
+rank=\${PDCOLL_RANK:-\${OMPI_COMM_WORLD_RANK:?}}
+exec taskset -c "\${cpus[\${PLACEMENT_MAP:\$rank:1}]}" "\$@"
+EOF
+chmod +x "$tmp/pin"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
+args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 2)) -c 1)
+in_place_time() { awk '/^(\[0\])? +[0-9]+ / { print $(NF-3); exit }'; }
+for round in $(seq "$rounds"); do
+  for m in $maps unbound; do
+    wrap=("$tmp/pin")
+    [ "$m" = unbound ] && wrap=()
+    t=$(PLACEMENT_MAP=$m tools/pdcoll-run -n "$ranks" --bind-to none "${wrap[@]}" "$bin/pdcoll-bench" \
+      --transport uring "${args[@]}" 2>&1 | in_place_time)
+    echo "$round $m pdcoll ${t:-nan}" >>"$tmp/rows"
+    t=$(PLACEMENT_MAP=$m mpirun --oversubscribe --allow-run-as-root --bind-to none -x PLACEMENT_MAP -n "$ranks" \
+      --mca btl self,tcp --mca btl_tcp_if_include lo "${wrap[@]}" "$bin/mpi_allreduce_bench" --transport tcp \
+      "${args[@]}" 2>&1 | in_place_time)
+    echo "$round $m openmpi ${t:-nan}" >>"$tmp/rows"
+  done
+  echo "round $round of $rounds done" >&2
+done
+
+python3 - "$tmp/rows" "$ranks" "$size" "${#cpus[@]}" <<'EOF'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+times = {}
+for _, m, lib, t in rows:
+    if t != "nan":
+        times.setdefault((m, lib), []).append(float(t))
+print(f"{sys.argv[2]} ranks on {sys.argv[4]} CPUs, {sys.argv[3]} all-reduce over TCP loopback: "
+      "in-place median us, median of rounds (lowest-highest)")
+print("| placement (CPU of rank 0, 1, ...) | pdcoll io_uring | Open MPI tcp | Open MPI / pdcoll |")
+print("|---|---:|---:|---:|")
+for m in dict.fromkeys(r[1] for r in rows):
+    cell = {}
+    for lib in ("pdcoll", "openmpi"):
+        v = times.get((m, lib), [])
+        cell[lib] = (statistics.median(v), min(v), max(v)) if v else None
+    fmt = lambda c: f"{c[0]:.1f} ({c[1]:.1f}-{c[2]:.1f})" if c else "failed"
+    ratio = f"{cell['openmpi'][0] / cell['pdcoll'][0]:.2f}" if cell["pdcoll"] and cell["openmpi"] else "-"
+    print(f"| {m} | {fmt(cell['pdcoll'])} | {fmt(cell['openmpi'])} | {ratio} |")
+EOF
