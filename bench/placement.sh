@@ -40,8 +40,12 @@ bin=$build/bench
 for p in pdcoll-bench mpi_allreduce_bench; do
   [ -x "$bin/$p" ] || { echo "placement.sh: $bin/$p is missing (scripts/install-deps.sh --bench, then build)" >&2; exit 1; }
 done
+mapfile -t cpus < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
 for m in $maps; do
   [[ ${#m} -eq $ranks && $m =~ ^[0-9]+$ ]] || { echo "placement.sh: map $m needs one CPU digit per rank ($ranks)" >&2; exit 2; }
+  for ((k = 0; k < ranks; k++)); do
+    ((${m:k:1} < ${#cpus[@]})) || { echo "placement.sh: map $m names CPU ${m:k:1}; this process may use ${#cpus[@]}" >&2; exit 2; }
+  done
 done
 
 tmp=$(mktemp -d /tmp/pdcoll-placement.XXXXXX)
@@ -49,7 +53,6 @@ trap 'rm -rf "$tmp"' EXIT
 # The wrapper pins the rank it starts: PDCOLL_RANK under pdcoll-run,
 # OMPI_COMM_WORLD_RANK under mpirun; the map's digit indexes the CPUs this
 # script may use.
-mapfile -t cpus < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
 cat >"$tmp/pin" <<EOF
 #!/usr/bin/env bash
 cpus=(${cpus[*]})
