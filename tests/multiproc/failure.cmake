@@ -15,7 +15,10 @@ target_link_libraries(failure_rank PRIVATE pdcoll::pdcoll)
 if(Python3_Interpreter_FOUND)
   # The last field: runs allowed to hang in the provider (see failure_kill.py
   # --max-hung-runs). None anywhere: since large shm messages moved to
-  # pdcoll's rendezvous, 51 of 51 shm runs ended within the deadline.
+  # pdcoll's rendezvous, 51 of 51 shm runs ended within the deadline. One shm
+  # run has hung since (session 37's CI, seed 15: 5 ranks, rank 2 killed
+  # mid-transfer in the first all-reduce, a benchmark loading both CPUs);
+  # ctest's retry passed, and 51 runs of the same seeds after it did not hang.
   set(PDCOLL_FAILURE_TRANSPORTS "shm|libfabric|shm|0|0" "tcp|libfabric|tcp|1|0" "uring|uring||2|0")
   foreach(entry IN LISTS PDCOLL_FAILURE_TRANSPORTS)
     string(REPLACE "|" ";" parts "${entry}")
