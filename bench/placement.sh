@@ -9,9 +9,10 @@
 #
 # With 4 ranks on 2 CPUs a launch left unbound settles into one placement
 # for its whole life, and which one it is decides more of its time than the
-# library does (design-notes item 36): recursive doubling's first-step
-# partners (0,1 and 2,3) on one CPU is the fast placement for pdcoll and
-# Open MPI alike; every partner on the other CPU is the slow one.
+# library does (design-notes item 36): for pdcoll and Open MPI alike the
+# slow placement is the one that puts the partner of every recursive-doubling
+# step on the other CPU (0101 for pdcoll's Gray-code partners, 0110 for Open
+# MPI's rank ^ mask); with one step's partners sharing a CPU both run faster.
 #
 #   bench/placement.sh                                  # 4 ranks, 4 KiB, 4 rounds
 #   bench/placement.sh --size 64K --iters 1000 --maps "0011 0101"
@@ -61,19 +62,18 @@ exec taskset -c "\${cpus[\${PLACEMENT_MAP:\$rank:1}]}" "\$@"
 EOF
 chmod +x "$tmp/pin"
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
+source bench/common.sh
 args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 2)) -c 1)
-in_place_time() { awk '/^(\[0\])? +[0-9]+ / { print $(NF-3); exit }'; }
 for round in $(seq "$rounds"); do
   for m in $maps unbound; do
     wrap=("$tmp/pin")
     [ "$m" = unbound ] && wrap=()
     t=$(PLACEMENT_MAP=$m tools/pdcoll-run -n "$ranks" --bind-to none "${wrap[@]}" "$bin/pdcoll-bench" \
-      --transport uring "${args[@]}" 2>&1 | in_place_time)
+      --transport uring "${args[@]}" 2>&1 | in_place_us)
     echo "$round $m pdcoll ${t:-nan}" >>"$tmp/rows"
     t=$(PLACEMENT_MAP=$m mpirun --oversubscribe --allow-run-as-root --bind-to none -x PLACEMENT_MAP -n "$ranks" \
       --mca btl self,tcp --mca btl_tcp_if_include lo "${wrap[@]}" "$bin/mpi_allreduce_bench" --transport tcp \
-      "${args[@]}" 2>&1 | in_place_time)
+      "${args[@]}" 2>&1 | in_place_us)
     echo "$round $m openmpi ${t:-nan}" >>"$tmp/rows"
   done
   echo "round $round of $rounds done" >&2

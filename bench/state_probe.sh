@@ -38,14 +38,11 @@ bin=$build/bench
 for p in pdcoll-bench mpi_allreduce_bench; do
   [ -x "$bin/$p" ] || { echo "state_probe.sh: $bin/$p is missing (see --help)" >&2; exit 1; }
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
+source bench/common.sh
 bind=none
 ((ranks <= $(nproc))) && bind=core
 args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 1)) -c 0)
 
-# The in-place time of the one size row: the fourth field from the end, as
-# both benchmarks print nccl-tests' columns (pdcoll-run prefixes "[0]").
-in_place_us() { awk '$1 ~ /^[0-9]+$/ || ($1 == "[0]" && $2 ~ /^[0-9]+$/) { print $(NF - 3) }'; }
 
 times=$(mktemp)
 trap 'rm -f "$times"' EXIT
