@@ -1,6 +1,8 @@
 // reduce_kernels_bench — throughput of pdcoll::kernels::apply per element type
 // and op, next to memcpy of the same bytes, on a buffer that fits in cache
-// (256 KiB) and one that does not (64 MiB).
+// (256 KiB) and one that does not (64 MiB), with each instruction set the
+// kernels run on this CPU (the second argument: 0 baseline, 1 AVX2; rows of
+// an ISA the CPU lacks are skipped; reduce/kernel_isa.hpp).
 //
 // Bytes/s counts memory traffic: apply(inout, in, n) reads two buffers and
 // writes one (3 * buffer bytes per call); memcpy reads one and writes one
@@ -39,6 +41,12 @@ std::vector<T> filled(std::size_t n, float value) {
 
 template <class T, class Op>
 void bm_apply(benchmark::State& state) {
+  const auto isa = static_cast<pdcoll::kernels::kernel_isa>(state.range(1));
+  if (!pdcoll::kernels::use_kernel_isa(isa)) {
+    state.SkipWithError("this CPU cannot run this instruction set");
+    return;
+  }
+  state.SetLabel(pdcoll::kernels::to_string(isa));
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const std::size_t n = bytes / sizeof(T);
   // prod multiplies by 1 so the accumulator neither overflows nor underflows.
@@ -68,21 +76,22 @@ using pdcoll::float16;
 namespace op = pdcoll::op;
 
 #define PDCOLL_SIZES ->Arg(in_cache)->Arg(in_memory)->Unit(benchmark::kMicrosecond)
+#define PDCOLL_SIZES_AND_ISAS ->ArgsProduct({{in_cache, in_memory}, {0, 1}})->Unit(benchmark::kMicrosecond)
 
 BENCHMARK(bm_memcpy) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, float, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, float, op::prod_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, float, op::min_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, float, op::max_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, bfloat16, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, float16, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, double, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, std::int8_t, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, std::uint8_t, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, std::int32_t, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, std::uint32_t, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, std::int64_t, op::sum_t) PDCOLL_SIZES;
-BENCHMARK_TEMPLATE(bm_apply, std::uint64_t, op::sum_t) PDCOLL_SIZES;
+BENCHMARK_TEMPLATE(bm_apply, float, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, float, op::prod_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, float, op::min_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, float, op::max_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, bfloat16, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, float16, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, double, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, std::int8_t, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, std::uint8_t, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, std::int32_t, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, std::uint32_t, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, std::int64_t, op::sum_t) PDCOLL_SIZES_AND_ISAS;
+BENCHMARK_TEMPLATE(bm_apply, std::uint64_t, op::sum_t) PDCOLL_SIZES_AND_ISAS;
 
 }  // namespace
 

@@ -1,15 +1,19 @@
 // The kernels against a scalar reference: every (type, op) pair on random
 // data, counts that leave vector tails, aliasing forms of apply3, user ops,
-// avg finalisation and the type-erased entry points.
+// avg finalisation and the type-erased entry points; each with every
+// instruction set this CPU runs (reduce/kernel_isa.hpp), and the AVX2 loops
+// against the baseline ones bit for bit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <ostream>  // doctest prints std::error_code through operator<<
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -136,6 +140,91 @@ void check_op_against_reference(Op o) {
   }
 }
 
+using kernels::kernel_isa;
+
+// Runs `body` once per instruction set this CPU supports, with the kernels
+// switched to it, and puts the process's choice back afterwards.
+template <class F>
+void for_each_isa(F&& body) {
+  const kernel_isa before = kernels::kernel_isa_in_use();
+  for (const kernel_isa isa : {kernel_isa::baseline, kernel_isa::avx2}) {
+    if (!kernels::use_kernel_isa(isa)) continue;
+    const char* name = kernels::to_string(isa);
+    CAPTURE(name);
+    body();
+  }
+  REQUIRE(kernels::use_kernel_isa(before));
+}
+
+// Every shape of every kernel entry point on (a, b) with the kernels on `isa`.
+template <class T, class Op>
+std::vector<std::vector<T>> every_shape(kernel_isa isa, const std::vector<T>& a, const std::vector<T>& b, Op o) {
+  REQUIRE(kernels::use_kernel_isa(isa));
+  std::vector<std::vector<T>> results;
+  auto inout = a;
+  kernels::apply(inout.data(), b.data(), a.size(), o);
+  results.push_back(inout);
+  std::vector<T> out(a.size());
+  kernels::apply3(out.data(), a.data(), b.data(), a.size(), o);
+  results.push_back(out);
+  auto aliased_b = b;
+  kernels::apply3(aliased_b.data(), a.data(), aliased_b.data(), a.size(), o);
+  results.push_back(aliased_b);
+  auto both = a;
+  kernels::apply3(both.data(), both.data(), both.data(), a.size(), o);
+  results.push_back(both);
+  return results;
+}
+
+template <class T>
+bool is_nan(T x) {
+  if constexpr (std::is_integral_v<T>)
+    return false;
+  else
+    return std::isnan(as_double(x));
+}
+
+template <class T>
+std::vector<T> from_bits(const std::vector<std::uint64_t>& bits) {
+  std::vector<T> v(bits.size());
+  for (std::size_t i = 0; i < v.size(); ++i) std::memcpy(&v[i], &bits[i], sizeof(T));
+  return v;
+}
+
+// The AVX2 loops and the baseline loops on the same operands, compared as bit
+// patterns (NaN payloads included). `a_bits`/`b_bits` hold each element's
+// encoding in their low sizeof(T) bytes.
+template <class T>
+void check_isas_agree(const std::vector<std::uint64_t>& a_bits, const std::vector<std::uint64_t>& b_bits) {
+  const auto a = from_bits<T>(a_bits), b = from_bits<T>(b_bits);
+  const kernel_isa before = kernels::kernel_isa_in_use();
+  auto check = [&](auto o, const std::string op_name) {
+    CAPTURE(op_name);
+    const auto wide = every_shape(kernel_isa::avx2, a, b, o);
+    const auto base = every_shape(kernel_isa::baseline, a, b, o);
+    for (std::size_t shape = 0; shape < wide.size(); ++shape) {
+      CAPTURE(shape);
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        // Which NaN comes out of an addition or product of two NaNs is
+        // unspecified (IEEE 754 §6.2.3), and compilers swap the operands of
+        // commutative operations: only there may the encodings differ.
+        if (is_nan(a[i]) && is_nan(b[i]) && is_nan(wide[shape][i]) && is_nan(base[shape][i])) continue;
+        if (std::memcmp(&wide[shape][i], &base[shape][i], sizeof(T)) != 0) {
+          CAPTURE(i);
+          CAPTURE(a_bits[i]);
+          CAPTURE(b_bits[i]);
+          FAIL("the AVX2 and baseline kernels disagree");
+        }
+      }
+    }
+  };
+  check(op::sum, "sum");
+  check(op::prod, "prod");
+  check(op::min, "min");
+  check(op::max, "max");
+  REQUIRE(kernels::use_kernel_isa(before));
+}
+
 }  // namespace
 
 TEST_SUITE("reduce.kernels") {
@@ -143,11 +232,67 @@ TEST_SUITE("reduce.kernels") {
 TEST_CASE_TEMPLATE("every op on every element type matches the scalar reference, tails included", T, float,
                    double, float16, bfloat16, std::int8_t, std::uint8_t, std::int32_t, std::uint32_t,
                    std::int64_t, std::uint64_t) {
-  SUBCASE("sum") { check_op_against_reference<T>(op::sum); }
-  SUBCASE("prod") { check_op_against_reference<T>(op::prod); }
-  SUBCASE("min") { check_op_against_reference<T>(op::min); }
-  SUBCASE("max") { check_op_against_reference<T>(op::max); }
-  SUBCASE("avg combines as sum") { check_op_against_reference<T>(op::avg); }
+  for_each_isa([] {
+    check_op_against_reference<T>(op::sum);
+    check_op_against_reference<T>(op::prod);
+    check_op_against_reference<T>(op::min);
+    check_op_against_reference<T>(op::max);
+    check_op_against_reference<T>(op::avg);  // combines as sum
+  });
+}
+
+TEST_CASE("the AVX2 kernels give the baseline kernels' bits for every float16 and bfloat16 encoding") {
+  if (!kernels::kernel_isa_supported(kernel_isa::avx2)) {
+    MESSAGE("this CPU has no AVX2 and F16C: only the baseline kernels run here");
+    return;
+  }
+  // Every encoding (NaNs with payloads, infinities, subnormals, both zeros)
+  // against a random one and against its own neighbour, over a count that
+  // leaves a tail after the 64-element blocks.
+  std::mt19937_64 rng(0xf16c);
+  std::vector<std::uint64_t> all(65536 + 37), random(all.size()), shifted(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    all[i] = i & 0xffff;
+    random[i] = rng() & 0xffff;
+    shifted[i] = (i + 1) & 0xffff;
+  }
+  check_isas_agree<float16>(all, random);
+  check_isas_agree<float16>(random, all);
+  check_isas_agree<float16>(all, shifted);
+  check_isas_agree<bfloat16>(all, random);
+  check_isas_agree<bfloat16>(random, all);
+}
+
+TEST_CASE_TEMPLATE("the AVX2 kernels give the baseline kernels' bits on random encodings", T, float, double,
+                   std::int8_t, std::uint8_t, std::int32_t, std::uint32_t, std::int64_t, std::uint64_t) {
+  if (!kernels::kernel_isa_supported(kernel_isa::avx2)) return;
+  std::mt19937_64 rng(0xa5c2 + sizeof(T));
+  std::vector<std::uint64_t> a(10007), b(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = rng();
+    b[i] = rng();
+    if (i % 5 == 0) b[i] = a[i];  // equal operands: min/max ties, x + x
+  }
+  check_isas_agree<T>(a, b);
+}
+
+TEST_CASE("the kernels' instruction set is chosen once and can be switched where the CPU supports it") {
+  const kernel_isa before = kernels::kernel_isa_in_use();
+  CHECK(kernels::kernel_isa_supported(kernel_isa::baseline));
+  REQUIRE(kernels::use_kernel_isa(kernel_isa::baseline));
+  CHECK(kernels::kernel_isa_in_use() == kernel_isa::baseline);
+  const bool wide = kernels::kernel_isa_supported(kernel_isa::avx2);
+  CHECK(kernels::use_kernel_isa(kernel_isa::avx2) == wide);
+  CHECK(kernels::kernel_isa_in_use() == (wide ? kernel_isa::avx2 : kernel_isa::baseline));
+  // PDCOLL_KERNEL_ISA=baseline rules the wide loops out of the default.
+  const char* old = std::getenv("PDCOLL_KERNEL_ISA");
+  const std::string saved = old ? old : "";
+  ::setenv("PDCOLL_KERNEL_ISA", "baseline", 1);
+  CHECK(kernels::detail::default_kernel_isa() == kernel_isa::baseline);
+  ::unsetenv("PDCOLL_KERNEL_ISA");
+  CHECK(kernels::detail::default_kernel_isa() == (wide ? kernel_isa::avx2 : kernel_isa::baseline));
+  if (old) ::setenv("PDCOLL_KERNEL_ISA", saved.c_str(), 1);
+  REQUIRE(kernels::use_kernel_isa(before));
 }
 
 TEST_CASE("integer sum and product wrap modulo 2^bits instead of overflowing") {
@@ -171,6 +316,7 @@ TEST_CASE_TEMPLATE("min and max return NaN when either operand is NaN, whatever 
   y[5] = nan;   // NaN on the right
   x[66] = nan;  // in the tail
   y[67] = nan;
+  for_each_isa([&] {
   for (int which = 0; which < 2; ++which) {
     std::vector<T> out(x.size());
     if (which == 0)
@@ -184,6 +330,7 @@ TEST_CASE_TEMPLATE("min and max return NaN when either operand is NaN, whatever 
       if (!nan_expected) CHECK(as_double(out[i]) == (which == 0 ? 1.0 : 2.0));
     }
   }
+  });
 }
 
 TEST_CASE("a user-defined absmax reduces float and bfloat16 buffers through float") {
