@@ -32,6 +32,13 @@ if(CLI11_FOUND)
   target_link_libraries(tcp_ring_exchange PRIVATE pdcoll::pdcoll CLI11::CLI11)
 endif()
 
+# The floor under a small all-reduce over shared memory (bench/shm_latency_floor.cpp):
+# cache-line mailboxes between forked processes, no library.
+if(CLI11_FOUND)
+  add_executable(shm_latency_floor ${CMAKE_CURRENT_LIST_DIR}/shm_latency_floor.cpp)
+  target_link_libraries(shm_latency_floor PRIVATE pdcoll::pdcoll CLI11::CLI11)
+endif()
+
 # The floor under a small all-reduce over TCP loopback (bench/tcp_latency_floor.cpp):
 # recursive doubling on plain sockets, to set pdcoll's 8-byte latency against.
 if(CLI11_FOUND AND NOT TARGET tcp_latency_floor)  # tests/multiproc/bench.cmake may have made it already
