@@ -34,7 +34,7 @@ endif()
 
 # The floor under a small all-reduce over shared memory (bench/shm_latency_floor.cpp):
 # cache-line mailboxes between forked processes, no library.
-if(CLI11_FOUND)
+if(CLI11_FOUND AND NOT TARGET shm_latency_floor)  # tests/multiproc/bench.cmake may have made it already
   add_executable(shm_latency_floor ${CMAKE_CURRENT_LIST_DIR}/shm_latency_floor.cpp)
   target_link_libraries(shm_latency_floor PRIVATE pdcoll::pdcoll CLI11::CLI11)
 endif()

@@ -16,7 +16,8 @@
 // Ranks are forked from one process and, as pdcoll-run does by default,
 // pinned to a CPU each where there are enough CPUs (--bind-to none: not);
 // where they outnumber the CPUs a waiting rank yields instead of spinning.
-// Prints each round's mean time per operation on rank 0, then the median.
+// Prints each round's mean time per operation on rank 0, then the median;
+// exits 1 where a rank's sum is wrong or a round outlasts 30 s (a peer died).
 //
 // Measured in session 38 (2-vCPU AMD EPYC VM, Linux 6.18), 2 ranks, 8 bytes:
 // 0.058 us, where pdcoll-bench's 2-rank shm row and Open MPI's vader both
@@ -32,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <vector>
 
@@ -39,7 +41,9 @@
 
 namespace {
 
-constexpr int max_values = 12;  // floats per slot: a slot is one 64-byte line with its sequence
+constexpr int max_values = 12;
+/// How long a round may take before a rank gives up on its peers (one died).
+constexpr std::chrono::seconds peer_deadline{30};  // floats per slot: a slot is one 64-byte line with its sequence
 
 /// One rank's mailbox: two slots, operation k in slot k % 2.
 struct mailbox {
@@ -64,11 +68,16 @@ double run_rank(mailbox* boxes, int rank, int ranks, int count, long iterations,
     std::fill(out.begin(), out.end(), 0.0f);
     for (int q = 0; q < ranks; ++q) {
       const auto& theirs = boxes[q].slots[s & 1];
-      while (theirs.seq.load(std::memory_order_acquire) < s) {
+      for (unsigned spins = 1; theirs.seq.load(std::memory_order_acquire) < s; ++spins) {
         if (crowded)
           sched_yield();  // more ranks than CPUs: the peer may be waiting for this CPU
         else
           pdcoll::detail::cpu_relax();
+        if (spins % 65536 == 0 && std::chrono::steady_clock::now() - begin > peer_deadline) {
+          std::fprintf(stderr, "shm_latency_floor: rank %d waited %lld s for rank %d; giving up\n", rank,
+                       static_cast<long long>(peer_deadline.count()), q);
+          std::_Exit(1);
+        }
       }
       for (int e = 0; e < count; ++e) out[static_cast<std::size_t>(e)] += theirs.values[e];
     }

@@ -47,6 +47,18 @@ if(CLI11_FOUND)
     set_tests_properties(multiproc.bench.tcp_latency_floor_${wait} PROPERTIES LABELS "multiproc;bench" TIMEOUT 120
                          PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK")
   endforeach()
+  # The shared-memory latency floor (bench/shm_latency_floor.cpp) spinning
+  # on 2 ranks and yielding on 5 (more than this machine's CPUs); each rank
+  # checks its sums and the exit status says whether all did.
+  if(NOT TARGET shm_latency_floor)
+    add_executable(shm_latency_floor ${PROJECT_SOURCE_DIR}/bench/shm_latency_floor.cpp)
+    target_link_libraries(shm_latency_floor PRIVATE pdcoll::pdcoll CLI11::CLI11)
+  endif()
+  foreach(ranks IN ITEMS 2 5)
+    add_test(NAME multiproc.bench.shm_latency_floor_${ranks}
+             COMMAND $<TARGET_FILE:shm_latency_floor> --ranks ${ranks} -b 12 -n 2000 --rounds 2)
+    set_tests_properties(multiproc.bench.shm_latency_floor_${ranks} PROPERTIES LABELS "multiproc;bench" TIMEOUT 60)
+  endforeach()
   # A bad command line is refused before joining (exit status 2).
   add_test(NAME multiproc.bench.rejects_an_algorithm_of_another_collective
            COMMAND $<TARGET_FILE:pdcoll-bench> --collective all_reduce --algo chain)
