@@ -16,12 +16,19 @@ after a random delay, after the loop). Each run passes when:
     crashed rank prints no RESULT).
 Prints one line per run and a summary with the slowest survivor.
 
+libfabric's shm provider has one hazard no deadline of pdcoll reaches: a rank
+killed while holding a spinlock in a peer's shared-memory region leaves that
+lock held for good, and survivors that send to that peer spin inside
+fi_tinjectdata / fi_cq_read (seen with gdb: __pthread_spin_lock). pdcoll's
+provider watchdog (transport/libfabric/provider_watchdog.hpp) ends such a
+process after PDCOLL_PROVIDER_STUCK_MS with a line saying so.
+--provider-watchdog-ms N sets that limit for the ranks and accepts a survivor
+that ended that way in place of its RESULT (reported as "watchdog"); without
+it such a survivor fails the run.
+
 --max-hung-runs K tolerates up to K runs in which survivors printed nothing
-(and were ended by pdcoll-run) while every other check held. It exists for
-libfabric's shm provider only: a rank killed while holding a spinlock in a
-peer's shared-memory region leaves that lock held for good, and the survivors
-spin inside fi_cq_read / fi_tsend (seen with gdb: __pthread_spin_lock),
-where no deadline of pdcoll can reach them. Such runs are reported as HUNG.
+(and were ended by pdcoll-run) while every other check held. Such runs are
+reported as HUNG.
 """
 
 import argparse
@@ -32,6 +39,7 @@ import sys
 import time
 
 LINE = re.compile(r"^\[(\d+)\] (RESULT|VICTIM) (.*)$")
+WATCHDOG = re.compile(r"^\[(\d+)\] pdcoll: rank \d+ has been inside libfabric's (\S+)")
 
 
 def fields(text):
@@ -49,6 +57,8 @@ def one_run(args, seed, world):
     else:
         env.pop("PDCOLL_PROVIDER", None)
     env["PDCOLL_TEST_OP_TIMEOUT_MS"] = str(args.op_timeout_ms)
+    if args.provider_watchdog_ms:
+        env["PDCOLL_PROVIDER_STUCK_MS"] = str(args.provider_watchdog_ms)
     env.setdefault("PDCOLL_TIMEOUT_MS", "30000")  # rendezvous; the operations use the short deadline
     # ASan's leak check runs at exit; survivors exit normally, the victim never does.
     cmd = [args.launcher, "-n", str(world), "--timeout", str(args.job_timeout), "--grace", "10",
@@ -57,8 +67,12 @@ def one_run(args, seed, world):
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=args.job_timeout + 30)
     took = time.monotonic() - start
     text = proc.stdout.decode(errors="replace")
-    results, victim = {}, None
+    results, victim, watchdog = {}, None, {}
     for line in text.splitlines():
+        w = WATCHDOG.match(line)
+        if w:
+            watchdog[int(w.group(1))] = w.group(2)
+            continue
         m = LINE.match(line)
         if not m:
             continue
@@ -81,8 +95,11 @@ def one_run(args, seed, world):
     late = []
     for r in survivors:
         res = results.get(r)
+        if res is None and r in watchdog and args.provider_watchdog_ms:
+            continue  # stuck inside the provider and ended by pdcoll's watchdog, as it should be
         if res is None:
-            problems.append(f"survivor {r} printed no RESULT (crashed, hung or was killed)")
+            what = f" (the provider watchdog ended it inside {watchdog[r]})" if r in watchdog else ""
+            problems.append(f"survivor {r} printed no RESULT (crashed, hung or was killed){what}")
             continue
         # A victim killed during setup takes the rendezvous (or a peer's
         # address exchange) with it: a clear setup error, returned promptly, is
@@ -92,7 +109,7 @@ def one_run(args, seed, world):
             problems.append(f"survivor {r}: {res.get('problem', res)}")
         late.append(float(res.get("late_ms", "0")))
     desc = "?" if victim is None else f"victim {victim[0]} {victim[1].get('mode')}@{victim[1].get('iteration')}"
-    return problems, took, max(late) if late else 0.0, desc, text, proc.returncode
+    return problems, took, max(late) if late else 0.0, desc, text, proc.returncode, len(watchdog)
 
 
 def main():
@@ -106,13 +123,15 @@ def main():
     p.add_argument("--op-timeout-ms", type=int, default=2000)
     p.add_argument("--job-timeout", type=int, default=60)
     p.add_argument("--max-hung-runs", type=int, default=0)
+    p.add_argument("--provider-watchdog-ms", type=int, default=0)
     args = p.parse_args()
     name = args.transport + (":" + args.provider if args.provider else "")
-    failures, hung, worst_late, total = 0, 0, -1e9, 0.0
+    failures, hung, ended_by_watchdog, worst_late, total = 0, 0, 0, -1e9, 0.0
     for i in range(args.runs):
         seed = args.first_seed + i
         world = 2 + i % 4
-        problems, took, late, desc, text, rc = one_run(args, seed, world)
+        problems, took, late, desc, text, rc, stuck = one_run(args, seed, world)
+        ended_by_watchdog += stuck
         total += took
         worst_late = max(worst_late, late)
         only_silent = problems and all("printed no RESULT" in pr for pr in problems)
@@ -122,14 +141,16 @@ def main():
                   + "; ".join(problems), flush=True)
             continue
         status = "ok" if not problems else "FAIL"
+        watched = f", {stuck} ended by the provider watchdog" if stuck else ""
         print(f"{name} seed={seed} ranks={world} {desc}: {status} rc={rc} {took:.1f}s "
-              f"slowest survivor {late:+.0f} ms vs deadline", flush=True)
+              f"slowest survivor {late:+.0f} ms vs deadline{watched}", flush=True)
         if problems:
             failures += 1
             for pr in problems:
                 print("   - " + pr)
             print("   output:\n" + "\n".join("     " + l for l in text.splitlines()[-60:]), flush=True)
-    print(f"{name}: {args.runs - failures - hung}/{args.runs} runs passed, {hung} hung (tolerated), in {total:.0f} s; "
+    print(f"{name}: {args.runs - failures - hung}/{args.runs} runs passed, {hung} hung (tolerated), "
+          f"{ended_by_watchdog} survivors ended by the provider watchdog, in {total:.0f} s; "
           f"slowest survivor completed {worst_late:+.0f} ms relative to its deadline (limit +1000 ms)")
     return 1 if failures else 0
 

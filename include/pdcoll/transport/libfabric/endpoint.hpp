@@ -112,6 +112,7 @@
 #include "pdcoll/transport/libfabric/doorbell.hpp"
 #include "pdcoll/transport/libfabric/shared_regions.hpp"
 #include "pdcoll/transport/libfabric/errors.hpp"
+#include "pdcoll/transport/libfabric/provider_watchdog.hpp"
 #include "pdcoll/transport/poll_policy.hpp"
 
 namespace pdcoll::transport::libfabric {
@@ -355,6 +356,14 @@ class fabric_endpoint final : public endpoint, private node_memory {
       close_objects();
       throw;
     }
+    // shm only: a peer killed inside the provider can leave this rank's
+    // calls spinning for good (provider_watchdog.hpp).
+    if (const auto limit = detail::provider_watchdog::limit_from_environment();
+        provider_.rfind("shm", 0) == 0 && limit.count() > 0) {
+      call_slot_.rank = rank_;
+      detail::provider_watchdog::instance().watch(&call_slot_, limit);
+      watched_ = true;
+    }
   }
 
   fabric_endpoint(const fabric_endpoint&) = delete;
@@ -366,6 +375,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   /// reverse order of creation. Completion callbacks that post get errc::aborted.
   ~fabric_endpoint() override {
     closing_ = true;
+    const detail::provider_call closing(watch_slot(), "endpoint teardown", -1);
     for (auto* ctx = outstanding_head_; ctx; ctx = next_of(ctx)) request_cancel(ctx);
     const auto deadline = std::chrono::steady_clock::now() + opts_.close_timeout;
     while (outstanding_head_ && std::chrono::steady_clock::now() < deadline) {
@@ -383,6 +393,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
       finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, -1});
     }
     close_objects();
+    if (watched_) detail::provider_watchdog::instance().unwatch(&call_slot_);
   }
 
   int rank() const noexcept override { return rank_; }
@@ -466,7 +477,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
       split->sequence = next_sequence(peer);
       split->descriptor = descriptor;
       split->peer = peer;
-      auto ec = first_post(again, [&] {
+      auto ec = first_post(again, "fi_tsenddata", peer, [&] {
         return ::fi_tsenddata(ep_, bytes, chunk_, descriptor, split->sequence, static_cast<fi_addr_t>(peer), tag, ctx);
       });
       if (ec || again) {
@@ -476,7 +487,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
       ctx->transport_state[0] |= detail::state_split;
       ctx->transport_state[1] = reinterpret_cast<std::uintptr_t>(split);
     } else {
-      auto ec = first_post(again, [&] {
+      auto ec = first_post(again, "fi_tsend", peer, [&] {
         return ::fi_tsend(ep_, bytes, length, descriptor, static_cast<fi_addr_t>(peer), tag, ctx);
       });
       if (ec || again) return ec;
@@ -501,7 +512,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
     const detail::rendezvous_notice notice{reinterpret_cast<std::uintptr_t>(bytes), length};
     const auto to = static_cast<fi_addr_t>(peer);
     const std::uint64_t data = detail::rendezvous_flag | (static_cast<std::uint64_t>(rank_) << 40) | cookie;
-    ec = first_post(again, [&] { return ::fi_tinjectdata(ep_, &notice, sizeof notice, data, to, tag); });
+    ec = first_post(again, "fi_tinjectdata", peer,
+                    [&] { return ::fi_tinjectdata(ep_, &notice, sizeof notice, data, to, tag); });
     if (ec || again) return true;  // nothing went out
     ring(peer);
     rendezvous_busy_[slot] = 1;
@@ -697,7 +709,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
       split->descriptor = descriptor;
       split->peer = peer;
     }
-    auto ec = first_post(again, [&] { return ::fi_trecv(ep_, into, first, descriptor, source, tag, ignore, ctx); });
+    auto ec = first_post(again, "fi_trecv", peer,
+                         [&] { return ::fi_trecv(ep_, into, first, descriptor, source, tag, ignore, ctx); });
     if (ec == std::errc::not_enough_memory) {  // shm: its receive queue is full until receives complete
       ec = {};
       again = true;
@@ -787,10 +800,14 @@ class fabric_endpoint final : public endpoint, private node_memory {
     return ended;
   }
 
-  /// One post attempt: -FI_EAGAIN sets `again` (not an error).
+  /// One post attempt: -FI_EAGAIN sets `again` (not an error). `call` and
+  /// `peer` name it for the provider watchdog.
   template <class Post>
-  std::error_code first_post(bool& again, Post&& post) noexcept {
-    const ssize_t rc = post();
+  std::error_code first_post(bool& again, const char* call, int peer, Post&& post) noexcept {
+    const ssize_t rc = [&] {
+      const detail::provider_call in(watch_slot(), call, peer);
+      return post();
+    }();
     again = rc == -FI_EAGAIN;
     return rc == 0 || again ? std::error_code{} : make_fabric_error(rc);
   }
@@ -1405,10 +1422,13 @@ class fabric_endpoint final : public endpoint, private node_memory {
   /// so that an abort's notices to every peer cost one post_timeout, not one
   /// per peer. `peer` is for diagnostics (any_peer for wildcard receives).
   template <class Post>
-  std::error_code retry_post([[maybe_unused]] int peer, Post&& post) noexcept {
+  std::error_code retry_post(int peer, Post&& post) noexcept {
     std::chrono::steady_clock::time_point deadline{};
     for (;;) {
-      const ssize_t rc = post();
+      const ssize_t rc = [&] {
+        const detail::provider_call in(watch_slot(), "a post", peer);
+        return post();
+      }();
       if (rc == 0) return {};
       if (rc != -FI_EAGAIN) return make_fabric_error(rc);
       const auto now = std::chrono::steady_clock::now();
@@ -1431,6 +1451,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     fi_cq_tagged_entry entries[16];
     fi_addr_t sources[16];
     capacity = std::min<std::size_t>(capacity, 16);
+    const detail::provider_call in(watch_slot(), "fi_cq_read", -1);
     const ssize_t n = has_source_ ? ::fi_cq_readfrom(cq_, entries, capacity, sources)
                                   : ::fi_cq_read(cq_, entries, capacity);
     if (n > 0) {
@@ -1589,7 +1610,9 @@ class fabric_endpoint final : public endpoint, private node_memory {
     if (ctx->transport_state[0] & (detail::state_rendezvous | detail::state_deferred)) return;  // deferred: flush_deferred ends it
     // fi_cancel(3): the operation completes with FI_ECANCELED if it was still
     // queued; otherwise its normal completion stands.
-    if (ep_) ::fi_cancel(&ep_->fid, ctx);
+    if (!ep_) return;
+    const detail::provider_call in(watch_slot(), "fi_cancel", -1);
+    ::fi_cancel(&ep_->fid, ctx);
   }
 
   /// Unlinks `ctx`, releases its split record and calls its callback last,
@@ -1682,6 +1705,10 @@ class fabric_endpoint final : public endpoint, private node_memory {
   detail::shared_regions node_regions_;       // shm: node memory (mapped only where every rank mapped every region)
   wait_condition condition_;                  // also ends wait() (set by the communicator)
   bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
+  detail::provider_call_slot call_slot_;  // what the provider watchdog reads (shm)
+  bool watched_ = false;                  // registered with the watchdog
+  /// The slot provider calls mark, or null where no watchdog reads it.
+  detail::provider_call_slot* watch_slot() noexcept { return watched_ ? &call_slot_ : nullptr; }
   std::vector<detail::cq_event> stash_;
   std::deque<detail::deferred_post> deferred_[2];  // [receive]: posts that met -FI_EAGAIN, in posting order
   std::uint64_t deferred_total_ = 0;
