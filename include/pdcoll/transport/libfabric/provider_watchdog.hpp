@@ -82,11 +82,9 @@ class provider_watchdog {
   /// starts with none running and nothing watched (the parent's thread and
   /// endpoints are not the child's).
   static provider_watchdog& instance() {
-    static provider_watchdog& watchdog = [] () -> provider_watchdog& {
-      static provider_watchdog made;
-      ::pthread_atfork(nullptr, nullptr, [] { instance().forget_after_fork(); });
-      return made;
-    }();
+    static provider_watchdog watchdog;
+    static const int hooked = ::pthread_atfork(nullptr, nullptr, [] { watchdog.forget_after_fork(); });
+    (void)hooked;
     return watchdog;
   }
 
