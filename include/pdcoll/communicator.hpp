@@ -175,16 +175,21 @@ class registration_lease {
     }
     return *this;
   }
-  ~registration_lease() { release(); }
+  [[gnu::always_inline]] ~registration_lease() { release(); }
   /// The descriptor to pass with transfers.
   void* descriptor() const noexcept { return descriptor_; }
   /// Unpins or deregisters now.
   void release() noexcept {
+    // The empty case inline: a small all-reduce on node memory binds no buffer.
+    if (pinned_ || endpoint_) release_held();
+  }
+
+ private:
+  void release_held() noexcept {
     pinned_.release();
     if (endpoint_) std::exchange(endpoint_, nullptr)->deregister(direct_);
   }
 
- private:
   fabric_registration_cache::pinned_registration pinned_;
   transport::endpoint* endpoint_ = nullptr;
   transport::registration_handle direct_{};
@@ -207,6 +212,7 @@ class communicator final : private exec::progress_driver {
     if (auto* node = endpoint_->shared_node_memory()) {
       endpoint_->set_wait_condition({&communicator::operations_ready, this});
       for (int q = 0; q < world_size_; ++q) node_regions_.push_back(node->region(q));
+      node_memory_ = node;
     }
     if (options_.progress_thread) {
       progress_thread_ = std::thread([this] { run_progress_thread(); });
@@ -446,10 +452,21 @@ class communicator final : private exec::progress_driver {
   /// small all-reduce looks at them several times per collective); nullptr
   /// without node memory.
   std::byte* const* node_regions() const noexcept { return node_regions_.empty() ? nullptr : node_regions_.data(); }
+  /// The endpoint's shared_node_memory() when the communicator was made
+  /// (detail): what node_regions() points into, without a virtual call.
+  transport::node_memory* node_memory() const noexcept { return node_memory_; }
+  /// The marks (seq + 1; 0 for none) of this rank's earlier small all-reduces
+  /// through node memory that a new one depends on.
+  struct small_all_reduce_marks {
+    std::uint64_t previous;  ///< the latest one
+    std::uint64_t held;      ///< the latest one in the same mailbox (parity of seq)
+  };
   /// Records collective `seq` as this rank's latest small all-reduce through
-  /// node memory (detail/node_small_all_reduce.hpp) and returns the previous
-  /// one's mark (its seq + 1; 0 for none). In start() order, under the lock.
-  std::uint64_t follow_small_all_reduce(std::uint64_t seq) noexcept { return std::exchange(last_small_mark_, seq + 1); }
+  /// node memory (detail/node_small_all_reduce.hpp) and returns the marks of
+  /// the ones before it. In start() order, under the lock.
+  small_all_reduce_marks follow_small_all_reduce(std::uint64_t seq) noexcept {
+    return {std::exchange(last_small_mark_, seq + 1), std::exchange(mailbox_marks_[seq & 1], seq + 1)};
+  }
   /// Takes `n` steps of the shared-memory sequence (algorithm/shared_memory.hpp),
   /// in start() order, under the lock; returns the first.
   std::uint64_t reserve_node_steps(std::uint64_t n) noexcept {
@@ -755,7 +772,9 @@ class communicator final : private exec::progress_driver {
   bool driver_registered_ = false;
   std::uint64_t next_seq_ = 0;
   std::vector<std::byte*> node_regions_;  // see node_regions()
+  transport::node_memory* node_memory_ = nullptr;  // see node_memory()
   std::uint64_t last_small_mark_ = 0;      // see follow_small_all_reduce()
+  std::uint64_t mailbox_marks_[2] = {0, 0};  // see follow_small_all_reduce()
   std::uint64_t next_node_step_ = 2;  // shared-memory steps start at 2 (algorithm/shared_memory.hpp)
   control_context control_ctx_;
   std::int32_t control_payload_ = 0;

@@ -11,9 +11,11 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -42,11 +44,15 @@ struct node_world {
   }
   /// Rank `rank`'s part of collective `seq`, whose previous small
   /// all-reduce was `previous` - 1 (0: none), run on `cpu` (-1: unknown).
+  /// Call in each rank's start order: the mark its mailbox holds is tracked
+  /// here, as communicator::follow_small_all_reduce does.
   node_small_all_reduce op(int rank, std::uint64_t seq, std::uint64_t previous, std::uint64_t signature = 7,
                            bool verify = false, int cpu = -1) {
+    auto& held = held_marks[static_cast<std::size_t>(rank)][seq & 1];
     return node_small_all_reduce(*node(rank), regions.data(), rank, static_cast<int>(regions.size()), seq, previous,
-                                 signature, verify, cpu);
+                                 std::exchange(held, seq + 1), signature, verify, cpu);
   }
+  std::map<std::size_t, std::array<std::uint64_t, 2>> held_marks;  // per rank and parity
 };
 
 const auto sum = pdcoll::detail::make_reduction<float, pdcoll::op::sum_t>();

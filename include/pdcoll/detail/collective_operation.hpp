@@ -240,7 +240,7 @@ class collective_op_base : public collective_context, public operation_base {
   }
 
   // collective_context
-  transport::node_memory* node_memory() noexcept override { return comm_->endpoint().shared_node_memory(); }
+  transport::node_memory* node_memory() noexcept override { return comm_->node_memory(); }
   std::uint64_t reserve_node_steps(std::uint64_t n) noexcept override { return comm_->reserve_node_steps(n); }
   std::uint16_t signature() const noexcept override { return signature_; }
   void hold_signature_check() noexcept override { check_held_ = true; }
@@ -288,13 +288,14 @@ class collective_op_base : public collective_context, public operation_base {
 
   // collective_context
   buffer_desc scratch(std::size_t nbytes) override {
-    auto& block = inline_scratch_used_ < inline_scratch_blocks ? inline_scratch_[inline_scratch_used_++]
-                                                                 : scratch_.emplace_back();
+    auto& block = inline_scratch_used_ < inline_scratch_blocks
+                      ? *std::construct_at(&inline_scratch_[inline_scratch_used_++].block)
+                      : scratch_.emplace_back();
     return block.allocate(*comm_, working_domain_, nbytes);
   }
 
  protected:
-  ~collective_op_base() = default;
+  ~collective_op_base() { release_inline_scratch(); }
 
   /// Starts the collective; completes through deliver(). Called once from start().
   void launch() noexcept {
@@ -320,7 +321,7 @@ class collective_op_base : public collective_context, public operation_base {
       return deliver(make_error_code(errc::unreachable_domain), false);
     const auto timeout = spec_.timeout.value_or(comm_->options().timeout);
     std::chrono::steady_clock::time_point launched;
-    if (auto ec = comm_->begin_operation(*this)) return deliver(ec, false);  // the deadline: below
+    if (comm_->aborted()) return deliver(make_error_code(errc::aborted), false);
     seq_ = comm_->next_sequence();
     signature_ = collective_signature(static_cast<std::uint32_t>(spec_.kind), spec_.count, spec_.red->type_id,
                                       spec_.red->op_id, spec_.root);
@@ -331,8 +332,10 @@ class collective_op_base : public collective_context, public operation_base {
     root = spec_.root;
     red = spec_.red;
     try {
-      if (auto ec = choose_data_path(input_path)) return finish(ec);
-      if (start_small(timeout)) return;
+      choose_data_path(input_path);
+      if (start_small(timeout)) return;  // registers itself only if it has to wait
+      if (auto ec = comm_->begin_operation(*this)) return deliver(ec, false);  // the deadline: below
+      registered_ = true;
       launched = std::chrono::steady_clock::now();
       deadline = launched + timeout;
       bind_buffers();
@@ -473,7 +476,7 @@ class collective_op_base : public collective_context, public operation_base {
   // path_for() the input's kind (launch_locked() rejected unreachable). Logs
   // the choice at INFO when it changes and counts it in the communicator's
   // data_path_statistics.
-  std::error_code choose_data_path(transport::data_path path) {
+  void choose_data_path(transport::data_path path) noexcept {
     const auto kind = spec_.input.region.kind;
     const char* why = "";
     if (path != transport::data_path::host && path != transport::data_path::host_staged &&
@@ -485,13 +488,22 @@ class collective_op_base : public collective_context, public operation_base {
     } else if (path == transport::data_path::host_staged && comm_->options().force_host_staging) {
       why = " (forced: force_host_staging / PDCOLL_FORCE_STAGING)";
     }
-    if (detail::current_log_level() >= detail::log_level::info && comm_->last_data_path() != path)  // the latter locks
+    if (detail::current_log_level() >= detail::log_level::info) [[unlikely]]
+      log_data_path(kind, path, why);
+    comm_->record_data_path(kind, path);
+    staged_ = path == transport::data_path::host_staged;
+  }
+  // The INFO line of choose_data_path(), when the path changed.
+  [[gnu::noinline, gnu::cold]] void log_data_path(transport::memory_kind kind, transport::data_path path,
+                                                 const char* why) noexcept {
+    if (comm_->last_data_path() == path) return;  // takes the communicator's (recursive) lock again
+    try {
       detail::log(detail::log_level::info, comm_->rank(),
                   "data path for " + std::string(to_string(kind)) + " memory over " + comm_->transport_name() + ": " +
                       std::string(transport::to_string(path)) + why);
-    comm_->record_data_path(kind, path);
-    staged_ = path == transport::data_path::host_staged;
-    return {};
+    } catch (const std::bad_alloc&) {
+      // A log line is not worth failing the collective for.
+    }
   }
 
   // Registers the user's buffers for the algorithm's transfers (not staged).
@@ -520,7 +532,7 @@ class collective_op_base : public collective_context, public operation_base {
     if (spec_.kind != collective_kind::all_reduce || staged_ || world_size < 2 || count == 0 ||
         bytes > std::min(spec_.node_small_bytes, node_mail_capacity))
       return false;
-    auto* node = comm_->endpoint().shared_node_memory();
+    auto* node = comm_->node_memory();
     if (!node) return false;
     // Peers on other cores are usually a fraction of a microsecond behind:
     // look at their mailboxes for a while (waking them once, at the end)
@@ -531,13 +543,22 @@ class collective_op_base : public collective_context, public operation_base {
     // waits as long (spin_plan::bound, at most 50 us).
     const auto spin = node_small_all_reduce::spin_for(world_size);
     const int cpu = spin.crowded ? ::sched_getcpu() : -1;
-    small_.emplace(*node, comm_->node_regions(), rank, world_size, seq_, comm_->follow_small_all_reduce(seq_),
-                   signature_, comm_->options().verify_collectives, cpu);
+    const auto marks = comm_->follow_small_all_reduce(seq_);
+    small_.emplace(*node, comm_->node_regions(), rank, world_size, seq_, marks.previous, marks.held, signature_,
+                   comm_->options().verify_collectives, cpu);
     // The first looks need no clock: where the peers were there first the
     // operation ends without reading it (a clock read is a tenth of an
     // 8-byte all-reduce on 2 cores).
     bool give_way = false;
     if (spin.bound.count() > 0 && poll_small(spin.crowded, give_way)) return true;
+    // It waits: from here on the communicator's abort, progress and
+    // deadline diagnostics must see it.
+    if (auto ec = comm_->begin_operation(*this)) {
+      small_.reset();
+      deliver(ec, false);
+      return true;
+    }
+    registered_ = true;
     const auto started = std::chrono::steady_clock::now();
     deadline = started + timeout;
     if (spin.bound.count() > 0 &&
@@ -610,7 +631,14 @@ class collective_op_base : public collective_context, public operation_base {
     auto* out = static_cast<std::byte*>(spec_.output.region.address);
     small_->reduce_into(out, count, red->apply3, red->apply);
     if (red->finalize) red->finalize(out, count, world_size);
-    finish({});
+    if (registered_) {
+      finish({});
+    } else {
+      // Finished inside start(), before it had to wait: it holds nothing
+      // finish() releases and the communicator never counted it as active.
+      small_.reset();
+      deliver({}, false);
+    }
     return true;
   }
 
@@ -906,8 +934,7 @@ class collective_op_base : public collective_context, public operation_base {
     task_.reset();  // the frame is suspended at its final point (or absent)
     small_.reset();
     slots_.reset();
-    for (std::size_t i = 0; i < inline_scratch_used_; ++i) inline_scratch_[i].release();
-    inline_scratch_used_ = 0;
+    release_inline_scratch();
     scratch_.clear();
     input_lease_.release();
     output_lease_.release();
@@ -927,7 +954,7 @@ class collective_op_base : public collective_context, public operation_base {
         comm_->abort_locked(ec, true);
       }
     }
-    comm_->end_operation(*this);
+    if (registered_) comm_->end_operation(*this);
     deliver(ec, stopped);
   }
 
@@ -948,15 +975,27 @@ class collective_op_base : public collective_context, public operation_base {
   condition_wait* waiting_ = nullptr;  // suspended condition waits, polled by poll()
   bool staged_ = false;
   bool cancelled_ = false;
+  bool registered_ = false;  // begun on the communicator (begin_operation): it may wait, be aborted, time out
   std::optional<node_small_all_reduce> small_;  // the one-step node-memory path, while it runs
   domain_access working_domain_;
   registration_lease input_lease_;
   registration_lease output_lease_;
   // Scratch blocks: the first ones inside the operation (most algorithms
-  // take one or two), the rest in the vector.
+  // take one or two), the rest in the vector. The inline ones are built when
+  // taken: an all-reduce on the node-memory path takes none, and building
+  // two empty blocks was a tenth of its instructions.
+  union inline_scratch_block {
+    inline_scratch_block() noexcept {}
+    ~inline_scratch_block() {}
+    scratch_block block;
+  };
   static constexpr std::size_t inline_scratch_blocks = 2;
-  scratch_block inline_scratch_[inline_scratch_blocks];
+  inline_scratch_block inline_scratch_[inline_scratch_blocks];
   std::size_t inline_scratch_used_ = 0;
+  void release_inline_scratch() noexcept {
+    for (std::size_t i = 0; i < inline_scratch_used_; ++i) std::destroy_at(&inline_scratch_[i].block);
+    inline_scratch_used_ = 0;
+  }
   std::vector<scratch_block> scratch_;
   // staged path
   std::unique_ptr<staged_chunk[]> slots_;
