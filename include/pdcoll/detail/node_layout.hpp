@@ -203,10 +203,13 @@ struct node_step {
   }
 };
 
-/// The mailbox for collective `seq` in `region` (a rank's two alternate by seq's parity).
-inline std::byte* mailbox_in(std::byte* region, std::uint64_t seq) noexcept {
-  return region + node_mail_offset + (seq & 1) * node_mail_stride;
+/// Offset in a region of the mailbox for collective `seq` (a rank's two
+/// alternate by seq's parity).
+constexpr std::size_t mailbox_offset(std::uint64_t seq) noexcept {
+  return node_mail_offset + (seq & 1) * node_mail_stride;
 }
+/// The mailbox for collective `seq` in `region`.
+inline std::byte* mailbox_in(std::byte* region, std::uint64_t seq) noexcept { return region + mailbox_offset(seq); }
 /// The header at the start of `mailbox`.
 inline node_mail_header& mail_header(std::byte* mailbox) noexcept {
   return *reinterpret_cast<node_mail_header*>(mailbox);

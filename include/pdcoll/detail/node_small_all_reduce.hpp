@@ -104,8 +104,9 @@ class node_small_all_reduce {
   /// rank q (communicator::node_regions); `previous`: the mark (seq + 1) of
   /// this rank's previous small all-reduce, 0 for none, and `held`: that of
   /// its latest one in the mailbox of seq's parity, which the mailbox holds
-  /// once that one published (communicator::follow_small_all_reduce); `verify`: the communicator
-  /// checks signatures (options.verify_collectives), so checks complete in
+  /// once that one published (communicator::follow_small_all_reduce);
+  /// `verify`: the communicator checks signatures
+  /// (options.verify_collectives), so checks complete in
   /// order; `cpu`: the CPU this rank runs on (-1: unknown), recorded in its
   /// mailbox for peers_elsewhere().
   node_small_all_reduce(transport::node_memory& node, std::byte* const* regions, int rank, int world_size,
@@ -114,8 +115,7 @@ class node_small_all_reduce {
       : check_{&node, rank, world_size, seq}, node_(&node), regions_(regions), rank_(rank),
         world_size_(world_size), seq_(seq), previous_(previous), held_(held), signature_(signature),
         cpu_mark_(cpu < 0 ? 0 : static_cast<std::uint64_t>(cpu) + 1),
-        box_offset_(node_mail_offset + (seq & 1) * node_mail_stride),
-        other_box_offset_(node_mail_offset + ((seq + 1) & 1) * node_mail_stride), verify_(verify) {}
+        box_offset_(mailbox_offset(seq)), other_box_offset_(mailbox_offset(seq + 1)), verify_(verify) {}
 
   /// Copies `bytes` (at most node_mail_capacity) from `input` into this
   /// rank's mailbox and publishes it, once every peer has finished reading it;
