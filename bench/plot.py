@@ -8,9 +8,10 @@ gloo_allreduce_bench (bench/bench_report.hpp's columns). Only all_reduce
 in-place rows are used (the placement every library has). Writes:
 
   --csv    library, transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps, timing
-  --png    busbw vs size (log x), one line per library/transport/algorithm,
-           one panel per rank count; a panel whose ranks exceed --cores is
-           titled "oversubscribed"
+  --png    busbw vs size (log x), one line per library/transport/algorithm
+           (one colour each, the same in every panel), one panel per rank
+           count, one legend under the panels; a panel whose ranks exceed
+           --cores is titled "oversubscribed"
   --table  Markdown: per rank count and transport class (shared memory: pdcoll
            libfabric:shm, on ordinary and on shareable buffers ("on
            host_shareable"), vs Open MPI vader; TCP: pdcoll libfabric:tcp and
@@ -125,7 +126,15 @@ def plot(rows, path, cores):
     import matplotlib.pyplot as plt
 
     ranks = sorted({r["ranks"] for r in rows})
-    fig, axes = plt.subplots(1, len(ranks), figsize=(7 * len(ranks), 5.5), squeeze=False)
+    names = sorted({series_name(r) for r in rows if r["bytes"] > 8})
+    # One colour per series across the panels (tab20: more series than the
+    # default cycle's ten), and one legend under them, so no line hides.
+    palette = plt.get_cmap("tab20").colors
+    color = {name: palette[i % len(palette)] for i, name in enumerate(names)}
+    legend_rows = (len(names) + 2) // 3
+    height = 5.0 + 0.22 * legend_rows
+    fig, axes = plt.subplots(1, len(ranks), figsize=(7 * len(ranks), height), squeeze=False)
+    handles = {}
     for ax, n in zip(axes[0], ranks):
         series = defaultdict(list)
         for r in rows:
@@ -134,7 +143,9 @@ def plot(rows, path, cores):
         for name in sorted(series):
             pts = sorted(series[name])
             style = "-" if name.startswith("pdcoll") else "--"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", markersize=3, label=name)
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", markersize=3,
+                              color=color[name], label=name)
+            handles.setdefault(name, line)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
@@ -143,8 +154,9 @@ def plot(rows, path, cores):
             title += f"\nOVERSUBSCRIBED: {n} ranks on {cores} cores"
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    ordered = [n for n in names if n in handles]
+    fig.legend([handles[n] for n in ordered], ordered, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.22 * legend_rows / height + 0.02, 1, 1))
     fig.savefig(path, dpi=110)
 
 

@@ -3,12 +3,14 @@
 
 Builds the CSVs compare.sh would leave for three rounds of one cell (4 KiB,
 4 ranks on 2 cores, TCP) and the 8-byte row, runs plot.py on them, and
-checks the median ratio, the per-round column and the rounds CSV.
+checks the median ratio, the per-round column and the rounds CSV; where
+matplotlib is installed, that the picture has one legend, under its panels.
 
     python3 tests/scripts/plot_test.py
 """
 
 import csv
+import importlib.util
 import os
 import subprocess
 import sys
@@ -83,6 +85,42 @@ class PlotTable(unittest.TestCase):
             row = next(line for line in text.splitlines() if line.startswith("| 4K |"))
             self.assertEqual([c.strip() for c in row.strip("|").split("|")][5:], ["1.50"])
             self.assertNotIn("Per round", text)
+
+
+    @unittest.skipUnless(importlib.util.find_spec("matplotlib"), "matplotlib is not installed for this interpreter")
+    def test_the_picture_is_drawn_with_one_legend_for_both_panels(self):
+        with tempfile.TemporaryDirectory() as d:
+            inputs = []
+            for ranks_name, lib, tr, t in (("p", "pdcoll", "uring_tcp", 40), ("m", "openmpi", "tcp", 60)):
+                path = os.path.join(d, f"{ranks_name}.csv")
+                write(path, lib, tr, [(4096, t), (65536, t * 4)])
+                inputs.append(path)
+            png = os.path.join(d, "out.png")
+            subprocess.run([sys.executable, PLOT, "--cores", "2", "--csv", os.path.join(d, "out.csv"), "--png", png,
+                            "--"] + inputs, check=True)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            sys.path.insert(0, os.path.dirname(PLOT))
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            import plot
+            with open(os.path.join(d, "out.csv"), newline="") as f:
+                rows = [dict(r, ranks=int(r["ranks"]), bytes=int(r["bytes"]), busbw_GBps=float(r["busbw_GBps"]))
+                        for r in csv.DictReader(f)]
+            saved = []
+            original = plt.Figure.savefig
+            plt.Figure.savefig = lambda fig, *a, **k: saved.append(fig)
+            try:
+                plot.plot(rows, png, 2)
+            finally:
+                plt.Figure.savefig = original
+            (fig,) = saved
+            # The legend is the figure's, under the panels, not drawn over an axis's lines.
+            self.assertEqual(len(fig.legends), 1)
+            self.assertTrue(all(ax.get_legend() is None for ax in fig.axes))
+            labels = [t.get_text() for t in fig.legends[0].get_texts()]
+            self.assertEqual(labels, ["openmpi tcp automatic", "pdcoll uring_tcp automatic"])
 
 
 if __name__ == "__main__":
