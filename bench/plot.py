@@ -134,7 +134,6 @@ def plot(rows, path, cores):
     legend_rows = (len(names) + 2) // 3
     height = 5.0 + 0.22 * legend_rows
     fig, axes = plt.subplots(1, len(ranks), figsize=(7 * len(ranks), height), squeeze=False)
-    handles = {}
     for ax, n in zip(axes[0], ranks):
         series = defaultdict(list)
         for r in rows:
@@ -143,9 +142,8 @@ def plot(rows, path, cores):
         for name in sorted(series):
             pts = sorted(series[name])
             style = "-" if name.startswith("pdcoll") else "--"
-            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", markersize=3,
-                              color=color[name], label=name)
-            handles.setdefault(name, line)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", markersize=3, color=color[name],
+                    label=name)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
@@ -154,8 +152,9 @@ def plot(rows, path, cores):
             title += f"\nOVERSUBSCRIBED: {n} ranks on {cores} cores"
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-    ordered = [n for n in names if n in handles]
-    fig.legend([handles[n] for n in ordered], ordered, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    # Every series has a line in some panel; the legend names each once.
+    lines = {line.get_label(): line for ax in axes[0] for line in ax.get_lines()}
+    fig.legend([lines[n] for n in names], names, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.22 * legend_rows / height + 0.02, 1, 1))
     fig.savefig(path, dpi=110)
 

@@ -43,6 +43,7 @@
 #include <pdcoll/result.hpp>
 #include <pdcoll/transport/endpoint.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -465,7 +466,9 @@ class communicator final : private exec::progress_driver {
   /// node memory (detail/node_small_all_reduce.hpp) and returns the marks of
   /// the ones before it. In start() order, under the lock.
   small_all_reduce_marks follow_small_all_reduce(std::uint64_t seq) noexcept {
-    return {std::exchange(last_small_mark_, seq + 1), std::exchange(mailbox_marks_[seq & 1], seq + 1)};
+    // Marks grow with seq: the latest of all is the larger of the two mailboxes'.
+    const std::uint64_t previous = std::max(mailbox_marks_[0], mailbox_marks_[1]);
+    return {previous, std::exchange(mailbox_marks_[seq & 1], seq + 1)};
   }
   /// Takes `n` steps of the shared-memory sequence (algorithm/shared_memory.hpp),
   /// in start() order, under the lock; returns the first.
@@ -773,8 +776,7 @@ class communicator final : private exec::progress_driver {
   std::uint64_t next_seq_ = 0;
   std::vector<std::byte*> node_regions_;  // see node_regions()
   transport::node_memory* node_memory_ = nullptr;  // see node_memory()
-  std::uint64_t last_small_mark_ = 0;      // see follow_small_all_reduce()
-  std::uint64_t mailbox_marks_[2] = {0, 0};  // see follow_small_all_reduce()
+  std::uint64_t mailbox_marks_[2] = {0, 0};  // per mailbox parity, the last mark published there: see follow_small_all_reduce()
   std::uint64_t next_node_step_ = 2;  // shared-memory steps start at 2 (algorithm/shared_memory.hpp)
   control_context control_ctx_;
   std::int32_t control_payload_ = 0;
