@@ -403,13 +403,17 @@ class communicator final : private exec::progress_driver {
   /// From a domain's free hook it may run on any thread while another holds
   /// the communicator's lock and frees memory of the same domain (which
   /// takes the domain's hook lock): waiting for the lock there could
-  /// deadlock, so when the lock is busy the region is queued and dropped
-  /// before the next registration is looked up.
+  /// deadlock, so when the lock is busy the invalidation is queued and
+  /// carried out before the next registration is looked up. It is queued by
+  /// name (fabric_registration_cache::name_invalidation), taken now: the
+  /// domain closes a DMA-BUF fd right after its hook returns, and by the time
+  /// the queue drains that fd's number may belong to the next buffer.
   void invalidate_registrations(const transport::memory_region& region) {
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock()) {
+      auto name = fabric_registration_cache::name_invalidation(region);
       std::lock_guard queue(deferred_mutex_);
-      deferred_invalidations_.push_back(region);
+      deferred_invalidations_.push_back(std::move(name));
       deferred_pending_.store(true, std::memory_order_release);
       return;
     }
@@ -544,14 +548,14 @@ class communicator final : private exec::progress_driver {
   // Invalidations queued while the lock was busy (see invalidate_registrations). Under the lock.
   void drain_deferred_invalidations() {
     if (!deferred_pending_.load(std::memory_order_acquire)) return;
-    std::vector<transport::memory_region> regions;
+    std::vector<fabric_registration_cache::invalidation> queued;
     {
       std::lock_guard queue(deferred_mutex_);
-      regions.swap(deferred_invalidations_);
+      queued.swap(deferred_invalidations_);
       deferred_pending_.store(false, std::memory_order_release);
     }
     if (cache_)
-      for (const auto& r : regions) cache_->invalidate(r);
+      for (const auto& name : queued) (void)cache_->invalidate(name);
   }
 
   struct control_context : transport::completion_context {
@@ -759,7 +763,7 @@ class communicator final : private exec::progress_driver {
   std::optional<fabric_registration_cache> cache_;
   pdcoll::data_path_statistics path_stats_;
   std::mutex deferred_mutex_;
-  std::vector<transport::memory_region> deferred_invalidations_;
+  std::vector<fabric_registration_cache::invalidation> deferred_invalidations_;
   std::atomic<bool> deferred_pending_{false};
   int rank_ = 0;
   int world_size_ = 1;

@@ -29,6 +29,7 @@ class [[nodiscard]] result {
   const T& value() const& { check(); return std::get<0>(state_); }
   /// The value, unchecked (has_value() must be true).
   T& operator*() & noexcept { return *std::get_if<0>(&state_); }
+  const T& operator*() const& noexcept { return *std::get_if<0>(&state_); }
   /// Member access to the value, unchecked.
   T* operator->() noexcept { return std::get_if<0>(&state_); }
   const T* operator->() const noexcept { return std::get_if<0>(&state_); }

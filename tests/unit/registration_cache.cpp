@@ -1,6 +1,7 @@
 // Unit tests of registration_cache, one group per policy and per guarantee.
 #include <doctest/doctest.h>
 
+#include <pdcoll/communicator.hpp>
 #include <pdcoll/registration/registration_cache.hpp>
 
 #include <sys/mman.h>
@@ -9,6 +10,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <mutex>
@@ -52,6 +55,43 @@ memory_region dmabuf_region(int fd, std::uint64_t offset, std::size_t length) {
   r.length = length;
   return r;
 }
+
+// An endpoint that only registers, counting registrations; `fail` makes
+// them fail. Sends and receives are refused.
+struct counting_endpoint final : pdcoll::transport::endpoint {
+  int registered = 0;
+  int deregistered = 0;
+  bool fail = false;
+  pdcoll::transport::data_path path = pdcoll::transport::data_path::host;
+  int rank() const noexcept override { return 0; }
+  int world_size() const noexcept override { return 1; }
+  std::string name() const override { return "counting"; }
+  std::error_code post_send(int, const void*, std::size_t, std::uint64_t, void*,
+                            pdcoll::transport::completion_context*) noexcept override {
+    return errc::transport;
+  }
+  std::error_code post_recv(int, void*, std::size_t, std::uint64_t, std::uint64_t, void*,
+                            pdcoll::transport::completion_context*) noexcept override {
+    return errc::transport;
+  }
+  void cancel(pdcoll::transport::completion_context*) noexcept override {}
+  std::size_t progress() noexcept override { return 0; }
+  void wait(std::chrono::steady_clock::time_point) noexcept override {}
+  pdcoll::transport::data_path path_for(pdcoll::transport::memory_kind) const noexcept override { return path; }
+  bool needs_registration(pdcoll::transport::memory_kind) const noexcept override { return true; }
+  std::error_code register_region(const memory_region& region,
+                                  pdcoll::transport::registration_handle& out) noexcept override {
+    if (fail) return errc::registration_failed;
+    ++registered;
+    out.descriptor = region.address;
+    out.key = 42;
+    return {};
+  }
+  void deregister(pdcoll::transport::registration_handle& handle) noexcept override {
+    ++deregistered;
+    handle = {};
+  }
+};
 
 }  // namespace
 
@@ -387,6 +427,21 @@ TEST_CASE("invalidate with an unidentifiable DMA-BUF fd drops every DMA-BUF entr
   CHECK(s.invalidations == 1);
 }
 
+TEST_CASE("an invalidation named before its DMA-BUF fd is closed drops that buffer after the number is reused") {
+  counting_registrar r;
+  reg::registration_cache<counting_registrar, reg::no_lock> cache{r};
+  auto freed = std::make_unique<memfd>();
+  const memory_region region = dmabuf_region(freed->fd, 0, 4096);
+  { auto p = cache.acquire(region); REQUIRE(p); }
+  const auto name = cache.name_invalidation(region);  // the domain's hook, fd still open
+  freed.reset();                                       // the domain closes the DMA-BUF
+  memfd next;                                          // the next export gets the lowest free number
+  REQUIRE(next.fd == region.dmabuf_fd);
+  CHECK_FALSE(cache.invalidate(name));
+  CHECK(cache.statistics().live_entries == 0);
+  CHECK(r.live() == 0);
+}
+
 TEST_CASE("clear deregisters unpinned entries now and pinned ones at release") {
   counting_registrar r;
   reg::registration_cache<counting_registrar, reg::no_lock> cache{r};
@@ -575,42 +630,7 @@ TEST_CASE("invalidate_on_free subscribes a cache to a domain's frees") {
 }
 
 TEST_CASE("endpoint_registrar forwards to the endpoint and reports its errors") {
-  struct fake_endpoint final : pdcoll::transport::endpoint {
-    int registered = 0;
-    int deregistered = 0;
-    bool fail = false;
-    int rank() const noexcept override { return 0; }
-    int world_size() const noexcept override { return 1; }
-    std::string name() const override { return "fake"; }
-    std::error_code post_send(int, const void*, std::size_t, std::uint64_t, void*,
-                              pdcoll::transport::completion_context*) noexcept override {
-      return errc::transport;
-    }
-    std::error_code post_recv(int, void*, std::size_t, std::uint64_t, std::uint64_t, void*,
-                              pdcoll::transport::completion_context*) noexcept override {
-      return errc::transport;
-    }
-    void cancel(pdcoll::transport::completion_context*) noexcept override {}
-    std::size_t progress() noexcept override { return 0; }
-    void wait(std::chrono::steady_clock::time_point) noexcept override {}
-    pdcoll::transport::data_path path_for(pdcoll::transport::memory_kind) const noexcept override {
-      return pdcoll::transport::data_path::host;
-    }
-    bool needs_registration(pdcoll::transport::memory_kind) const noexcept override { return true; }
-    std::error_code register_region(const memory_region& region,
-                                    pdcoll::transport::registration_handle& out) noexcept override {
-      if (fail) return errc::registration_failed;
-      ++registered;
-      out.descriptor = region.address;
-      out.key = 42;
-      return {};
-    }
-    void deregister(pdcoll::transport::registration_handle& handle) noexcept override {
-      ++deregistered;
-      handle = {};
-    }
-  };
-  fake_endpoint ep;
+  counting_endpoint ep;
   reg::endpoint_registrar adapter{ep};
   {
     reg::registration_cache<reg::endpoint_registrar> cache{adapter};
@@ -623,6 +643,55 @@ TEST_CASE("endpoint_registrar forwards to the endpoint and reports its errors") 
   }
   CHECK(ep.registered == 1);
   CHECK(ep.deregistered == 1);
+}
+
+TEST_CASE("a free that meets the communicator's lock busy still drops its buffer when the fd number is reused") {
+  // The endpoint registers everything; the communicator's cache sits in
+  // front of it, as on a provider with FI_MR_LOCAL or FI_MR_HMEM.
+  pdcoll::communicator_options options;
+  options.cache_registrations = true;
+  auto owned = std::make_unique<counting_endpoint>();
+  owned->path = pdcoll::transport::data_path::dmabuf;
+  const counting_endpoint& ep = *owned;
+  pdcoll::communicator comm{std::move(owned), options};
+  auto freed = std::make_unique<memfd>();
+  memory_region region = dmabuf_region(freed->fd, 0, 4096);
+  char device_bytes[16];
+  region.address = device_bytes;
+  {
+    std::lock_guard lock(comm.mutex());
+    auto lease = comm.acquire_registration(region);
+    REQUIRE(lease);
+  }
+  REQUIRE(comm.registration_statistics().live_entries == 1);
+
+  // Another thread is inside the communicator when the domain frees the
+  // buffer: its hook may not wait for the lock, so the invalidation queues.
+  std::promise<void> locked, done;
+  std::thread holder([&] {
+    std::lock_guard lock(comm.mutex());
+    locked.set_value();
+    done.get_future().wait();
+  });
+  locked.get_future().wait();
+  comm.invalidate_registrations(region);  // memory/track.hpp's hook, fd still open
+  done.set_value();
+  holder.join();
+  freed.reset();  // the domain closes the DMA-BUF after its hooks
+  memfd next;     // and the next allocation's export takes the same number
+  REQUIRE(next.fd == region.dmabuf_fd);
+
+  {
+    std::lock_guard lock(comm.mutex());
+    memory_region other = dmabuf_region(next.fd, 0, 4096);
+    other.address = device_bytes;
+    auto lease = comm.acquire_registration(other);  // drains the queue first
+    REQUIRE(lease);
+  }
+  const auto stats = comm.registration_statistics();
+  CHECK(stats.invalidations == 1);
+  CHECK(stats.live_entries == 1);  // the new buffer's only
+  CHECK(ep.registered - ep.deregistered == 1);
 }
 
 }  // TEST_SUITE

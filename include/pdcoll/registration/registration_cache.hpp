@@ -329,6 +329,24 @@ class registration_cache {
     return pinned_registration{this, e, true};
   }
 
+  /// Which entries invalidate() drops, named while the region's DMA-BUF fd is
+  /// still open: a DMA-BUF range is keyed by the buffer's identity, which is
+  /// read through the fd, and once the fd is closed its number may name
+  /// another buffer. A caller that has to put an invalidation off until after
+  /// the fd is closed (communicator::invalidate_registrations, when its lock
+  /// is busy) names it first with name_invalidation() and passes the name to
+  /// invalidate() later.
+  struct invalidation {
+    result<detail::region_key> key;  ///< the range, or why it has none
+    bool dmabuf = false;             ///< the region named a DMA-BUF fd
+  };
+
+  /// The name of `region`'s invalidation (see invalidation). Cost: one
+  /// fstat(2) for a DMA-BUF region.
+  static invalidation name_invalidation(const transport::memory_region& region) noexcept {
+    return {detail::key_of(region), region.dmabuf_fd >= 0};
+  }
+
   /// Drops every cached entry overlapping `region` (call it when the memory
   /// is freed or remapped, before a DMA-BUF fd is closed). Unpinned entries
   /// are deregistered now (outside the lock), pinned ones at their last
@@ -337,12 +355,14 @@ class registration_cache {
   /// Errors: errc::invalid_argument when the region is empty or its DMA-BUF
   /// fd cannot be identified; then every DMA-BUF entry is dropped, since the
   /// freed one cannot be told apart (correct, only slower).
-  std::error_code invalidate(const transport::memory_region& region) {
-    auto key = detail::key_of(region);
+  std::error_code invalidate(const transport::memory_region& region) { return invalidate(name_invalidation(region)); }
+
+  /// Drops the entries `what` names (see name_invalidation); as above.
+  std::error_code invalidate(const invalidation& what) {
     retired_list retired{*registrar_};
     std::unique_lock lock(mutex_);
-    if (!key) {
-      if (region.dmabuf_fd >= 0) {
+    if (!what.key) {
+      if (what.dmabuf) {
         for (auto it = index_.begin(); it != index_.end();) {
           auto next = std::next(it);
           if (it->first.space.by_identity) {
@@ -354,14 +374,15 @@ class registration_cache {
         for (pending_miss* p = pending_; p != nullptr; p = p->next)
           if (p->key.space.by_identity) p->stale = true;
       }
-      return key.error();
+      return what.key.error();
     }
-    for_each_overlapping(*key, [&](auto it) {
+    const detail::region_key& key = *what.key;
+    for_each_overlapping(key, [&](auto it) {
       ++stats_.invalidations;
       detach(it, retired);
     });
     for (pending_miss* p = pending_; p != nullptr; p = p->next)
-      if (p->key.overlaps(*key)) p->stale = true;
+      if (p->key.overlaps(key)) p->stale = true;
     return {};
   }
 
