@@ -69,4 +69,25 @@ TEST_CASE("the FI_MR_DMABUF registration path compiles against libfabric 1.20 st
   CHECK(attr.dmabuf->offset == 4096);
   CHECK(attr.dmabuf->len == sizeof bytes);
   CHECK(attr.iface == FI_HMEM_SYNAPSEAI);
+  // Providers register base_addr + offset (efa's iova, cxi's buffer): that
+  // must be the region's own address, not the offset counted twice.
+  CHECK(reinterpret_cast<std::uintptr_t>(attr.dmabuf->base_addr) + attr.dmabuf->offset ==
+        reinterpret_cast<std::uintptr_t>(region.address));
+  region.address = nullptr;  // the fd and offset alone name the bytes
+  pdcoll::transport::libfabric::detail::fill_dmabuf_attr(region, dmabuf, attr);
+  CHECK(attr.dmabuf->base_addr == nullptr);
+}
+
+TEST_CASE("FI_MR_DMABUF is used only with the flag in the headers, a fabric opened at 1.20 and FI_HMEM") {
+  using pdcoll::transport::libfabric::detail::dmabuf_registration_usable;
+  CHECK(dmabuf_registration_usable(true, FI_VERSION(1, 20), true));
+  CHECK(dmabuf_registration_usable(true, FI_VERSION(2, 0), true));
+  CHECK_FALSE(dmabuf_registration_usable(true, FI_VERSION(1, 17), true));  // efa: -FI_EBADFLAGS below 1.20
+  CHECK_FALSE(dmabuf_registration_usable(true, FI_VERSION(1, 20), false));
+  CHECK_FALSE(dmabuf_registration_usable(false, FI_VERSION(1, 20), true));
+#if defined(FI_MR_DMABUF)
+  CHECK(pdcoll::transport::libfabric::detail::requested_api_version == FI_VERSION(1, 20));
+#else
+  CHECK(pdcoll::transport::libfabric::detail::requested_api_version == FI_VERSION(1, 17));
+#endif
 }

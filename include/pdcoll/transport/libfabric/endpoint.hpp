@@ -296,17 +296,41 @@ struct cq_event {
   std::error_code error;
 };
 
+/// The libfabric API version the endpoint asks fi_getinfo(3) for: 1.20 where
+/// the headers have FI_MR_DMABUF, since providers take that flag only from a
+/// fabric opened at 1.20 or later (efa's fi_mr_regattr refuses it below with
+/// -FI_EBADFLAGS), else 1.17, Debian 12's.
+#if defined(FI_MR_DMABUF)
+inline constexpr std::uint32_t requested_api_version = FI_VERSION(1, 20);
+#else
+inline constexpr std::uint32_t requested_api_version = FI_VERSION(1, 17);
+#endif
+
+/// True when a registration may name its memory by DMA-BUF (FI_MR_DMABUF):
+/// the headers define the flag, the fabric was opened at API 1.20 or later
+/// and the provider granted FI_HMEM (fi_mr(3): "only usable for domains
+/// opened with FI_HMEM").
+constexpr bool dmabuf_registration_usable(bool headers_have_flag, std::uint32_t fabric_api_version,
+                                          bool hmem_granted) noexcept {
+  return headers_have_flag && FI_VERSION_GE(fabric_api_version, FI_VERSION(1, 20)) && hmem_granted;
+}
+
 /// Fills libfabric >= 1.20's `struct fi_mr_dmabuf` and points `attr` at it
-/// (fi_mr(3), FI_MR_DMABUF). A template so that it compiles without those
-/// types: the endpoint uses it only when FI_MR_DMABUF is defined, and
-/// tests/unit/fabric_dmabuf_compile.cpp instantiates it with local copies of
-/// the 1.20 structures so the path cannot rot on 1.17.
+/// (fi_mr(3), FI_MR_DMABUF). `base_addr` is where the buffer's offset 0 would
+/// lie in the address space `region.address` belongs to (providers address
+/// the registered bytes as base_addr + offset: efa's iova, cxi's buffer), or
+/// null when the region has no address. A template so that it compiles
+/// without those types: the endpoint uses it only when FI_MR_DMABUF is
+/// defined, and tests/unit/fabric_dmabuf_compile.cpp instantiates it with
+/// local copies of the 1.20 structures so the path cannot rot on 1.17.
 template <class MrAttr, class MrDmabuf>
 void fill_dmabuf_attr(const memory_region& region, MrDmabuf& dmabuf, MrAttr& attr) noexcept {
   dmabuf.fd = region.dmabuf_fd;
   dmabuf.offset = region.dmabuf_offset;
   dmabuf.len = region.length;
-  dmabuf.base_addr = region.address;
+  dmabuf.base_addr = region.address ? reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(region.address) -
+                                                              static_cast<std::uintptr_t>(region.dmabuf_offset))
+                                    : nullptr;
   attr.dmabuf = &dmabuf;
   attr.iov_count = 1;
   attr.iface = static_cast<decltype(attr.iface)>(region.hmem_iface);
@@ -965,10 +989,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
   node_memory* shared_node_memory() noexcept override { return node_regions_.region(rank_) ? this : nullptr; }
   void set_wait_condition(wait_condition condition) noexcept override { condition_ = condition; }
 
-  /// host → host; emulated_device → dmabuf (FI_MR_DMABUF compiled in and
-  /// FI_HMEM granted) else hmem_iface (the mapped range, FI_HMEM_SYSTEM);
-  /// gaudi → dmabuf / hmem_iface (FI_HMEM_SYNAPSEAI, when FI_HMEM is granted)
-  /// / host_staged.
+  /// host → host; emulated_device → dmabuf where FI_MR_DMABUF is usable
+  /// (detail::dmabuf_registration_usable; a provider that refuses its memfd
+  /// gets the mapped range instead, see register_region) else hmem_iface (the
+  /// mapped range, FI_HMEM_SYSTEM); gaudi → dmabuf / hmem_iface
+  /// (FI_HMEM_SYNAPSEAI, when FI_HMEM is granted) / host_staged.
   data_path path_for(memory_kind kind) const noexcept override {
     switch (kind) {
       case memory_kind::host: return data_path::host;
@@ -1005,38 +1030,21 @@ class fabric_endpoint final : public endpoint, private node_memory {
     if (path == data_path::host_staged || path == data_path::unreachable) {
       return make_error_code(errc::unreachable_domain);
     }
-    iovec iov{region.address, region.length};
-    fi_mr_attr attr{};
-    attr.mr_iov = &iov;
-    attr.iov_count = 1;
-    attr.access = access_;
-    attr.requested_key = (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) ? 0 : next_key_++;
-    attr.iface = FI_HMEM_SYSTEM;
-    std::uint64_t flags = 0;
-    if (path == data_path::hmem_iface) {
-      attr.iface = static_cast<fi_hmem_iface>(region.hmem_iface);
-      if (region.kind == memory_kind::gaudi && region.hmem_iface == FI_HMEM_SYSTEM) {
-        attr.iface = FI_HMEM_SYNAPSEAI;
-      }
-      attr.device.reserved = region.device_id;
-      if (attr.iface != FI_HMEM_SYSTEM && !has_hmem_) return make_error_code(errc::unreachable_domain);
-    }
 #if defined(FI_MR_DMABUF)
-    fi_mr_dmabuf dmabuf{};
-    if (path == data_path::dmabuf) {
-      if (region.dmabuf_fd < 0) return make_error_code(errc::invalid_argument);
-      detail::fill_dmabuf_attr(region, dmabuf, attr);
-      flags |= FI_MR_DMABUF;
-    }
+    if (path == data_path::dmabuf && region.dmabuf_fd < 0) return make_error_code(errc::invalid_argument);
 #endif
+    if (path == data_path::hmem_iface && !has_hmem_ && hmem_iface_of(region) != FI_HMEM_SYSTEM) {
+      return make_error_code(errc::unreachable_domain);
+    }
     fid_mr* mr = nullptr;
-    int rc = ::fi_mr_regattr(domain_, &attr, flags, &mr);
-    if (rc == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT)) {
-      rc = ::fi_mr_bind(mr, &ep_->fid, 0);
-      if (rc == 0) rc = ::fi_mr_enable(mr);
+    int rc = register_along(path, region, &mr);
+    // The emulated device's DMA-BUF is a memfd: a provider that hands the fd
+    // to the kernel (verbs, efa) refuses it, and its mapping still registers
+    // as system memory.
+    if (rc != 0 && path == data_path::dmabuf && region.kind == memory_kind::emulated_device) {
+      rc = register_along(data_path::hmem_iface, region, &mr);
     }
     if (rc != 0) {
-      detail::close_fid(mr ? &mr->fid : nullptr);
       last_registration_error_ = make_fabric_error(rc);
       return make_error_code(errc::registration_failed);
     }
@@ -1097,7 +1105,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     hints->rx_attr->msg_order = FI_ORDER_SAS;
     hints->fabric_attr->prov_name = ::strdup(provider.c_str());
     fi_info* found = nullptr;
-    *rc_out = ::fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &found);
+    *rc_out = ::fi_getinfo(detail::requested_api_version, nullptr, nullptr, 0, hints, &found);
     ::fi_freeinfo(hints);
     return *rc_out == 0 ? found : nullptr;
   }
@@ -1653,12 +1661,57 @@ class fabric_endpoint final : public endpoint, private node_memory {
     --outstanding_count_;
   }
 
+  // The hmem iface a region registers with along data_path::hmem_iface: its
+  // own, with a Gaudi region that names none taken as FI_HMEM_SYNAPSEAI.
+  static fi_hmem_iface hmem_iface_of(const memory_region& region) noexcept {
+    if (region.kind == memory_kind::gaudi && region.hmem_iface == FI_HMEM_SYSTEM) return FI_HMEM_SYNAPSEAI;
+    return static_cast<fi_hmem_iface>(region.hmem_iface);
+  }
+
+  // fi_mr_regattr of `region` along `path` (host, hmem_iface, or dmabuf where
+  // the headers have it), then fi_mr_bind + fi_mr_enable for FI_MR_ENDPOINT.
+  // Returns 0 with *out set, or the fi_* error with nothing left open.
+  int register_along(data_path path, const memory_region& region, fid_mr** out) noexcept {
+    iovec iov{region.address, region.length};
+    fi_mr_attr attr{};
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    attr.access = access_;
+    attr.requested_key = (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) ? 0 : next_key_++;
+    attr.iface = FI_HMEM_SYSTEM;
+    std::uint64_t flags = 0;
+    if (path == data_path::hmem_iface) {
+      attr.iface = hmem_iface_of(region);
+      attr.device.reserved = region.device_id;
+    }
+#if defined(FI_MR_DMABUF)
+    fi_mr_dmabuf dmabuf{};
+    if (path == data_path::dmabuf) {
+      detail::fill_dmabuf_attr(region, dmabuf, attr);
+      flags |= FI_MR_DMABUF;
+    }
+#endif
+    fid_mr* mr = nullptr;
+    int rc = ::fi_mr_regattr(domain_, &attr, flags, &mr);
+    if (rc == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT)) {
+      rc = ::fi_mr_bind(mr, &ep_->fid, 0);
+      if (rc == 0) rc = ::fi_mr_enable(mr);
+    }
+    if (rc != 0) {
+      detail::close_fid(mr ? &mr->fid : nullptr);
+      return rc;
+    }
+    *out = mr;
+    return 0;
+  }
+
   bool dmabuf_usable() const noexcept {
 #if defined(FI_MR_DMABUF)
-    return has_hmem_;
+    constexpr bool headers_have_flag = true;
 #else
-    return false;
+    constexpr bool headers_have_flag = false;
 #endif
+    return detail::dmabuf_registration_usable(headers_have_flag, info_->fabric_attr->api_version, has_hmem_);
   }
 
   static_assert(sizeof(fi_context2) <= sizeof(completion_context::provider_space),
