@@ -49,7 +49,10 @@ struct recursive_doubling {
         b.recv(partner, incoming, 0, nbytes, index);
         b.send(partner, data, 0, nbytes, index);
         if (auto ec = co_await b) co_return ec;
-        ctx.reduce(data, 0, incoming, 0, ctx.count);
+        // Both partners put the lower rank's data first, so that they hold
+        // the same bits afterwards whatever the op does with ties.
+        if (partner < r) ctx.reduce_src_first(data, 0, incoming, 0, ctx.count);
+        else ctx.reduce(data, 0, incoming, 0, ctx.count);
       }
     }
     index = 63;

@@ -157,6 +157,15 @@ class collective_context : public batch_owner {
               std::size_t n) const noexcept {
     if (n) red->apply(dst.address + dst_off, src.address + src_off, n);
   }
+  /// dst[dst_off..] = op(src[src_off..], dst) over `n` elements: reduce() with
+  /// the operands the other way round. Two partners that each combine the
+  /// other's data with their own get the same bits only when both put the
+  /// same rank's data first (min of +0 and -0, NaN payloads, a custom op that
+  /// is not commutative on ties).
+  void reduce_src_first(const buffer_desc& dst, std::size_t dst_off, const buffer_desc& src, std::size_t src_off,
+                        std::size_t n) const noexcept {
+    if (n) red->apply3(dst.address + dst_off, src.address + src_off, dst.address + dst_off, n);
+  }
   /// Local copy of `nbytes` (both buffers in the working domain; not a host staging copy).
   static void copy(const buffer_desc& dst, std::size_t dst_off, const buffer_desc& src, std::size_t src_off,
                    std::size_t nbytes) noexcept {
