@@ -277,6 +277,12 @@ TEST_CASE(
           reduce_scatter_case<algo::ring, std::uint32_t, op::prod_t>(comm, f, block, ++salt, in_place);
           reduce_scatter_case<algo::recursive_halving, double, op::sum_t>(comm, f, block, ++salt, in_place);
           reduce_scatter_case<algo::recursive_halving, std::int8_t, op::max_t>(comm, f, block, ++salt, in_place);
+          // Chunks of 4100 bytes are not whole doubles: the ring cuts whole
+          // elements, several chunks to the large block.
+          reduce_scatter_case<algo::ring_chunked<4100>, double, op::sum_t>(comm, f, block, ++salt, in_place);
+          all_gather_case<algo::ring_chunked<4100>, double>(comm, f, block, ++salt, in_place);
+          if (block < large_count / 8)  // one element per chunk: a chunk smaller than a double
+            reduce_scatter_case<algo::ring_chunked<4>, double, op::max_t>(comm, f, block, ++salt, in_place);
         }
         all_to_all_case<algo::pairwise, double>(comm, f, block, ++salt);
         all_to_all_case<algo::direct, std::uint8_t>(comm, f, block == 0 ? 0 : block + 3, ++salt);

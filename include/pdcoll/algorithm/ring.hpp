@@ -161,13 +161,14 @@ struct ring_chunked {
     ctx.copy(ctx.output, static_cast<std::size_t>(r) * block, ctx.input, 0, block);
     if (P == 1 || block == 0) co_return std::error_code{};
     const int right = (r + 1) % P, left = (r - 1 + P) % P;
-    const std::size_t chunks = (block + ChunkBytes - 1) / ChunkBytes;
+    const std::size_t chunk = chunk_elements(ctx.element_size) * ctx.element_size;
+    const std::size_t chunks = (block + chunk - 1) / chunk;
     for (int s = 0; s < P - 1; ++s) {
       const auto send_blk = static_cast<std::size_t>((r - s + P) % P);
       const auto recv_blk = static_cast<std::size_t>((r - s - 1 + P) % P);
-      if (auto ec = co_await exchange_chunked(ctx, right, ctx.output, send_blk * block, block, left, ctx.output,
-                                              recv_blk * block, block, static_cast<std::uint32_t>(s * chunks),
-                                              [](std::size_t, std::size_t) {}))
+      if (auto ec = co_await exchange_chunked(ctx, chunk, right, ctx.output, send_blk * block, block, left,
+                                              ctx.output, recv_blk * block, block,
+                                              static_cast<std::uint32_t>(s * chunks), [](std::size_t, std::size_t) {}))
         co_return ec;
     }
     co_return std::error_code{};
@@ -197,7 +198,9 @@ struct ring_chunked {
     // arrivals wait in scratch until they are combined into it.
     pdcoll::detail::buffer_desc last_in = in_place ? (P > 2 ? partial[(P - 2) & 1] : ctx.scratch(block)) : ctx.output;
     const int right = (r + 1) % P, left = (r - 1 + P) % P;
-    const std::size_t chunks = (block + ChunkBytes - 1) / ChunkBytes;
+    // Whole elements per chunk, so that each chunk reduces on its own.
+    const std::size_t chunk = chunk_elements(es) * es;
+    const std::size_t chunks = (block + chunk - 1) / chunk;
     for (int s = 0; s < P - 1; ++s) {
       const auto send_blk = static_cast<std::size_t>((r - s - 1 + 2 * P) % P);
       const auto recv_blk = static_cast<std::size_t>((r - s - 2 + 2 * P) % P);
@@ -206,7 +209,7 @@ struct ring_chunked {
       const std::size_t send_off = s == 0 ? send_blk * block : 0;
       const auto& recv_buf = last ? last_in : partial[s & 1];
       if (auto ec = co_await exchange_chunked(
-              ctx, right, send_buf, send_off, block, left, recv_buf, 0, block, static_cast<std::uint32_t>(s * chunks),
+              ctx, chunk, right, send_buf, send_off, block, left, recv_buf, 0, block, static_cast<std::uint32_t>(s * chunks),
               [&](std::size_t off, std::size_t bytes) {
                 // op(own, incoming), as the all-reduce's ring combines (custom
                 // ops need not be commutative in ties).
@@ -229,21 +232,23 @@ struct ring_chunked {
   }
 
   /// Sends `send_bytes` at send_buf+send_off to `to` and receives
-  /// `recv_bytes` into recv_buf+recv_off from `from`, both in chunks; calls
-  /// on_chunk(offset, bytes) for each received chunk as soon as it is in.
+  /// `recv_bytes` into recv_buf+recv_off from `from`, both in chunks of
+  /// `chunk` bytes (whole elements, see chunk_elements);
+  /// calls on_chunk(offset, bytes) for each received chunk as soon as it is in.
   template <class OnChunk>
-  static pdcoll::detail::collective_task exchange_chunked(pdcoll::detail::collective_context& ctx, int to,
-                                                          pdcoll::detail::buffer_desc send_buf, std::size_t send_off,
+  static pdcoll::detail::collective_task exchange_chunked(pdcoll::detail::collective_context& ctx, std::size_t chunk,
+                                                          int to, pdcoll::detail::buffer_desc send_buf,
+                                                          std::size_t send_off,
                                                           std::size_t send_bytes, int from,
                                                           pdcoll::detail::buffer_desc recv_buf, std::size_t recv_off,
                                                           std::size_t recv_bytes, std::uint32_t index_base,
                                                           OnChunk on_chunk) {
     using pdcoll::detail::transfer_batch;
-    const std::size_t send_chunks = send_bytes == 0 ? 1 : (send_bytes + ChunkBytes - 1) / ChunkBytes;
-    const std::size_t recv_chunks = recv_bytes == 0 ? 1 : (recv_bytes + ChunkBytes - 1) / ChunkBytes;
+    const std::size_t send_chunks = send_bytes == 0 ? 1 : (send_bytes + chunk - 1) / chunk;
+    const std::size_t recv_chunks = recv_bytes == 0 ? 1 : (recv_bytes + chunk - 1) / chunk;
     transfer_batch sends(ctx, send_chunks);
     for (std::size_t c = 0; c < send_chunks; ++c) {
-      std::size_t off = c * ChunkBytes, len = std::min(ChunkBytes, send_bytes - std::min(send_bytes, off));
+      std::size_t off = c * chunk, len = std::min(chunk, send_bytes - std::min(send_bytes, off));
       sends.send(to, send_buf, send_off + off, len, index_base + static_cast<std::uint32_t>(c));
     }
     if (recv_chunks == 1) {
@@ -259,7 +264,7 @@ struct ring_chunked {
     std::vector<std::unique_ptr<transfer_batch>> recvs;
     recvs.reserve(recv_chunks);
     for (std::size_t c = 0; c < recv_chunks; ++c) {
-      std::size_t off = c * ChunkBytes, len = std::min(ChunkBytes, recv_bytes - off);
+      std::size_t off = c * chunk, len = std::min(chunk, recv_bytes - off);
       auto& b = recvs.emplace_back(std::make_unique<transfer_batch>(ctx, 1));
       b->recv(from, recv_buf, recv_off + off, len, index_base + static_cast<std::uint32_t>(c));
       b->post();
@@ -273,7 +278,7 @@ struct ring_chunked {
         first = ec;
         sends.cancel();
       }
-      if (!first) on_chunk(c * ChunkBytes, std::min(ChunkBytes, recv_bytes - c * ChunkBytes));
+      if (!first) on_chunk(c * chunk, std::min(chunk, recv_bytes - c * chunk));
     }
     auto send_ec = co_await sends;
     co_return first ? first : send_ec;
