@@ -121,6 +121,23 @@ TEST_CASE("with_deadline forwards the receiver's stop request and reports stoppe
   CHECK(stops == 1);
 }
 
+TEST_CASE("with_deadline reports a receiver's stop as stopped even when the child ends after the deadline") {
+  test::external_slot slot;
+  slot.stop_late = true;
+  ex::inplace_stop_source outer;
+  std::thread user([&] {
+    while (slot.op.load() == nullptr) std::this_thread::yield();
+    outer.request_stop();  // the receiver's stop, forwarded to the child first
+    while (!slot.stop_seen.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(60ms);  // the 20 ms deadline passes while the child winds down
+    slot.end_stopped();
+  });
+  std::optional<std::tuple<int>> r;
+  CHECK_NOTHROW(r = ex::sync_wait(test::external_sender{&slot} | ex::with_deadline(20ms), outer.get_token()));
+  user.join();
+  CHECK_FALSE(r.has_value());
+}
+
 TEST_CASE("let_value gives the inner sender the receiver's stop token") {
   ex::inplace_stop_source outer;
   std::atomic<int> stops{0};

@@ -88,11 +88,24 @@ struct recording_receiver {
 struct external_slot {
   struct op_base {
     virtual void complete(int value) noexcept = 0;
+    virtual void complete_stopped() noexcept = 0;
 
    protected:
     ~op_base() = default;
   };
   std::atomic<op_base*> op{nullptr};
+  /// Set before start: a stop request is only noted in stop_seen, and the
+  /// operation ends when end_stopped() is called (a cancel that takes a while).
+  bool stop_late = false;
+  std::atomic<bool> stop_seen{false};
+  /// Completes the started operation with set_stopped. Returns false if no
+  /// operation has started.
+  bool end_stopped() noexcept {
+    op_base* o = op.exchange(nullptr, std::memory_order_acq_rel);
+    if (o == nullptr) return false;
+    o->complete_stopped();
+    return true;
+  }
   /// Completes the started operation with `value` (if it was not stopped
   /// first). Returns false if no operation has started.
   bool fire(int value) noexcept {
@@ -141,7 +154,16 @@ struct external_sender {
       callback.reset();
       exec::set_value(std::move(rcvr), value);
     }
+    void complete_stopped() noexcept override {
+      if (claimed.exchange(true, std::memory_order_acq_rel)) return;
+      callback.reset();
+      exec::set_stopped(std::move(rcvr));
+    }
     void cancel() noexcept {
+      if (slot->stop_late) {
+        slot->stop_seen.store(true, std::memory_order_release);
+        return;
+      }
       if (claimed.exchange(true, std::memory_order_acq_rel)) return;
       // Withdraw from the slot unless the completer already took us (then it
       // finds `claimed` set and backs off).

@@ -314,12 +314,32 @@ class collective_op_base : public collective_context, public operation_base {
     comm.register_driver_if_pending();
   }
 
+  /// Completes a collective whose stop was requested before it started.
+  /// Its peers will run it, so skipping it would leave this rank one
+  /// collective behind them, its next collective paired with their current
+  /// one (silently, where the two match). Like a stop during the collective
+  /// (design-notes item 5), it aborts the communicator and ends stopped.
+  void stop_before_start() noexcept {
+    auto& comm = *comm_;  // the operation may be gone once deliver() returns
+    std::lock_guard lock(comm.mutex());
+    comm.abort_locked(make_error_code(errc::aborted), true);
+    deliver({}, true);
+  }
+
   /// Hands the outcome to the receiver. Must be the last thing the operation does.
   virtual void deliver(std::error_code ec, bool stopped) noexcept = 0;
 
   communicator* comm_;
 
  private:
+  // A stop requested after start() attached its callback and before
+  // begin_operation() made the operation visible: the communicator's stop
+  // service may have run without finding it. Asked again, the next progress
+  // turn cancels it.
+  void honour_early_stop() noexcept {
+    if (stop_requested.load(std::memory_order_acquire)) comm_->request_stop(*this);
+  }
+
   void launch_locked() noexcept {
     if (spec_.invalid) return deliver(spec_.invalid, false);
     // Rejected before a sequence number is taken, so the ranks stay in step.
@@ -345,6 +365,7 @@ class collective_op_base : public collective_context, public operation_base {
       if (start_small(timeout)) return;  // registers itself only if it has to wait
       if (auto ec = comm_->begin_operation(*this)) return deliver(ec, false);  // the deadline: below
       registered_ = true;
+      honour_early_stop();
       launched = std::chrono::steady_clock::now();
       deadline = launched + timeout;
       bind_buffers();
@@ -568,6 +589,7 @@ class collective_op_base : public collective_context, public operation_base {
       return true;
     }
     registered_ = true;
+    honour_early_stop();
     const auto started = std::chrono::steady_clock::now();
     deadline = started + timeout;
     if (spin.bound.count() > 0 &&
@@ -1030,7 +1052,9 @@ class collective_operation final : public collective_op_base {
       : collective_op_base(comm, std::move(spec)), rcvr_(std::move(rcvr)) {}
 
   void start() noexcept {
-    if (stop_.attach(rcvr_, *comm_, *this)) launch();
+    if (exec::get_stop_token(exec::get_env(rcvr_)).stop_requested()) return stop_before_start();
+    stop_.watch(rcvr_, *comm_, *this);  // a stop from here on is honoured once launched
+    launch();
   }
 
  private:

@@ -22,13 +22,19 @@ class stop_link {
   /// Registers the callback on rcvr's token. Returns false, having completed
   /// `rcvr` with set_stopped(), when stop was requested already.
   bool attach(R& rcvr, communicator& comm, operation_base& op) noexcept {
-    auto token = exec::get_stop_token(exec::get_env(rcvr));
-    if (token.stop_requested()) {
+    if (exec::get_stop_token(exec::get_env(rcvr)).stop_requested()) {
       exec::set_stopped(std::move(rcvr));
       return false;
     }
-    if (token.stop_possible()) callback_.emplace(token, on_stop{&comm, &op});
+    watch(rcvr, comm, op);
     return true;
+  }
+  /// Registers the callback without the early completion: a stop requested
+  /// already, or from now on, marks `op` (the callback runs at once when the
+  /// token is stopped), and the operation honours the mark itself.
+  void watch(R& rcvr, communicator& comm, operation_base& op) noexcept {
+    auto token = exec::get_stop_token(exec::get_env(rcvr));
+    if (token.stop_possible()) callback_.emplace(token, on_stop{&comm, &op});
   }
   /// Deregisters (waits for a callback running on another thread). Call before completing.
   void detach() noexcept { callback_.reset(); }

@@ -114,8 +114,10 @@ struct deadline_operation {
  private:
   static void on_deadline(timer_entry* entry) noexcept {
     auto* self = static_cast<deadline_operation*>(entry->context);
-    self->deadline_hit_.store(true, std::memory_order_relaxed);
-    self->source_.request_stop();
+    // A timeout only when the deadline's request is the one that stops the
+    // child: a receiver's stop forwarded first stays a stop, however long
+    // the child takes to honour it.
+    if (self->source_.request_stop()) self->deadline_hit_.store(true, std::memory_order_relaxed);
     self->arrive();
   }
   static void release_slot(void* self) noexcept { static_cast<deadline_operation*>(self)->arrive(); }
