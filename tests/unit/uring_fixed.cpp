@@ -4,8 +4,14 @@
 // and the data is the same either way. Every rank runs in this process.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -232,6 +238,75 @@ TEST_CASE("a buffer deregistered while idle, unmapped and mapped again, is sent 
   CHECK(one_transfer(eps, second, size, nullptr, 2) == std::vector<unsigned char>(size, 2));
   CHECK(tcp.stats().fixed_buffer_submissions == 1);
   ::munmap(second, size);
+}
+
+TEST_CASE("a buffer deregistered while a send from it waits behind a full socket is still sent whole") {
+  // Rank 0's connection to "rank 1" is a loopback socket whose other end
+  // this test reads itself, with small buffers so that it fills quickly.
+  uring::detail::file_descriptor listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listener.get(), 1) == 0);
+  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  uring::detail::file_descriptor ours(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int small = 16384, one = 1;
+  ::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  REQUIRE(::connect(ours.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  uring::detail::file_descriptor theirs(::accept(listener.get(), nullptr, nullptr));
+  REQUIRE(theirs.valid());
+  ::setsockopt(theirs.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  ::setsockopt(ours.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const int socket_fd = ours.get();
+  std::vector<uring::detail::file_descriptor> sockets(2);
+  sockets[1] = std::move(ours);
+  uring::options o = zero_copy_options();
+  o.receiving = uring::receive_mode::single;
+  uring::tcp_endpoint ep(0, 2, std::move(sockets), o);
+  if (!ep.fixed_buffers_enabled()) {
+    MESSAGE("this kernel has no IORING_OP_SEND_ZC: nothing to test");
+    return;
+  }
+  auto data = pattern(std::size_t{1} << 20, 31);
+  registration_handle handle;
+  REQUIRE_FALSE(ep.register_region(host_region(data.data(), data.size()), handle));
+  REQUIRE(ep.fixed_buffers_registered() == 1);
+
+  // Filled from its descriptor, so that nothing of the endpoint's is in
+  // flight: the send's header waits for room, its linked payload unissued.
+  std::vector<unsigned char> filler(65536, 0x11);
+  std::size_t filled = 0;
+  for (ssize_t n; (n = ::send(socket_fd, filler.data(), filler.size(), MSG_DONTWAIT | MSG_NOSIGNAL)) > 0;)
+    filled += static_cast<std::size_t>(n);
+  recorder sent;
+  REQUIRE_FALSE(ep.post_send(1, data.data(), data.size(), 7, handle.descriptor, &sent));
+  for (int i = 0; i < 20; ++i) ep.progress();
+  REQUIRE(ep.stats().fixed_buffer_submissions == 1);
+  REQUIRE_FALSE(sent.done());
+  ep.deregister(handle);
+  CHECK(handle.descriptor == nullptr);
+
+  // Read everything: the filler, the 16-byte header, the payload.
+  const std::size_t header = 16, expected = filled + header + data.size();
+  std::vector<unsigned char> stream;
+  stream.reserve(expected);
+  REQUIRE(::fcntl(theirs.get(), F_SETFL, ::fcntl(theirs.get(), F_GETFL) | O_NONBLOCK) == 0);
+  std::vector<unsigned char> chunk(1 << 16);
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  while (clock_type::now() < deadline && !(sent.done() && stream.size() >= expected)) {
+    const ssize_t n = ::recv(theirs.get(), chunk.data(), chunk.size(), 0);
+    if (n == 0) break;  // the endpoint gave the connection up
+    if (n > 0) stream.insert(stream.end(), chunk.begin(), chunk.begin() + n);
+    ep.progress();
+  }
+  REQUIRE(sent.done());
+  CHECK_FALSE(sent.result->error);
+  REQUIRE(stream.size() == expected);
+  CHECK(std::equal(data.begin(), data.end(), stream.begin() + static_cast<std::ptrdiff_t>(filled + header)));
+  CHECK(ep.fixed_buffers_registered() == 0);  // emptied once the send was issued
+  CHECK(ep.fixed_bytes_pinned() == 0);
 }
 
 TEST_CASE("hundreds of registered buffers carry interleaved zero-copy sends in order, both ways") {

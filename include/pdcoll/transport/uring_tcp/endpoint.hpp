@@ -511,8 +511,9 @@ class tcp_endpoint final : public transport::endpoint {
   }
 
   /// Empties the handle's fixed-buffer slot (a no-op for an empty handle).
-  /// Safe while sends from the range are in flight: the kernel keeps its own
-  /// reference to the pages until they complete.
+  /// Safe while sends from the range are in flight: the slot is emptied when
+  /// the last of them has been issued (fixed_buffers.hpp), and the kernel
+  /// keeps its own reference to the pages until they complete.
   void deregister(registration_handle& handle) noexcept override {
     if (auto* slot = fixed_.slot_of(handle.provider); slot && slot->generation == handle.key) fixed_.remove(ring_, slot);
     handle = {};
@@ -556,6 +557,7 @@ class tcp_endpoint final : public transport::endpoint {
     op->sequence = ++sequence_;
     op->sent = 0;
     op->zero_copy_pending = 0;
+    op->fixed_send = nullptr;
     op->descriptor = nullptr;
     op->claimed = nullptr;
     op->result = {};
@@ -759,6 +761,10 @@ class tcp_endpoint final : public transport::endpoint {
         if (cqe->flags & IORING_CQE_F_NOTIF) {
           on_notification(op);
         } else {
+          if (op->fixed_send) {  // the kernel has looked its buffer up, or never will
+            fixed_.send_completed(ring_, *op->fixed_send);
+            op->fixed_send = nullptr;
+          }
           if (cqe->flags & IORING_CQE_F_MORE) ++op->zero_copy_pending;
           on_send(*peers_[static_cast<std::size_t>(op->peer)], cqe->res);
         }
@@ -1405,6 +1411,8 @@ class tcp_endpoint final : public transport::endpoint {
     const auto length = static_cast<unsigned>(std::min<std::size_t>(remaining, detail::fixed_buffer_table::max_buffer_bytes));
     io_uring_prep_send_zc_fixed(sqe, link.socket.get(), payload, length, MSG_NOSIGNAL, 0, slot->index);
     io_uring_sqe_set_data(sqe, &op.zero_copy_slot);
+    detail::fixed_buffer_table::send_submitted(*slot);  // deregister() leaves the slot until it completes
+    op.fixed_send = slot;
     link.send_user_data = header ? &link.send_slot : &op.zero_copy_slot;
     link.send_parts = header ? 2 : 1;
     link.send_covered = 1;

@@ -13,8 +13,12 @@
 //
 // The table is sparse (io_uring_register_buffers_sparse, Linux ≥ 5.19) and
 // registered on first use; a slot is filled by register_region and emptied
-// by deregister. Requests already submitted keep the kernel's reference to
-// a slot's pages, so emptying a slot under an in-flight send is safe.
+// by deregister. The kernel looks a fixed buffer up when the request is
+// issued, not when it is submitted: a payload SQE linked behind a header
+// that waits for socket space would find an emptied slot and fail with
+// EFAULT (seen on Linux 6.18). So the table counts the sends submitted from
+// each slot and not yet completed, and a slot deregistered under them is
+// emptied when the last one completes; until then no new send finds it.
 //
 // Bounds: at most `slots` buffers (the kernel allows 16384 per ring), each
 // at most 1 GiB (the kernel's limit), and at most `byte_limit` bytes pinned
@@ -49,11 +53,15 @@ struct fixed_buffer {
   std::size_t length = 0;
   unsigned index = 0;            ///< the kernel's buf_index
   bool in_use = false;
+  bool release_pending = false;  ///< deregistered while sends_in_flight > 0: emptied when they complete
+  unsigned sends_in_flight = 0;  ///< payload SQEs submitted from this slot, not yet completed
   std::uint64_t generation = 0;
 
-  /// Whether [address, address + n) lies inside this registration.
+  /// Whether [address, address + n) lies inside this registration (one that
+  /// is not waiting to be emptied).
   bool contains(const std::byte* address, std::size_t n) const noexcept {
-    return in_use && address >= base && n <= length && static_cast<std::size_t>(address - base) <= length - n;
+    return in_use && !release_pending && address >= base && n <= length &&
+           static_cast<std::size_t>(address - base) <= length - n;
   }
 };
 
@@ -135,23 +143,28 @@ class fixed_buffer_table {
     return &slot;
   }
 
-  /// Empties `slot` (a pointer add() returned and not yet removed).
+  /// Empties `slot` (a pointer add() returned and not yet removed), or,
+  /// while sends from it are in flight, hides it from find() and empties it
+  /// when the last of them completes (send_completed).
   void remove(io_uring& ring, fixed_buffer* slot) noexcept {
-    if (!slot || !slot->in_use) return;
-    auto [first, last] = by_address_.equal_range(reinterpret_cast<std::uintptr_t>(slot->base));
-    for (auto it = first; it != last; ++it) {
-      if (it->second == slot) {
-        by_address_.erase(it);
-        break;
-      }
+    if (!slot || !slot->in_use || slot->release_pending) return;
+    if (slot->sends_in_flight > 0) {
+      slot->release_pending = true;
+      ++slot->generation;  // the handle that named it names nothing now
+      return;
     }
-    clear(ring, *slot);
-    pinned_ -= slot->length;
-    slot->base = nullptr;
-    slot->length = 0;
-    slot->in_use = false;
-    ++slot->generation;
-    free_.push_back(slot->index);  // reserved for capacity_ entries: cannot throw
+    release(ring, *slot);
+  }
+
+  /// A payload SQE from `slot` was submitted.
+  static void send_submitted(fixed_buffer& slot) noexcept { ++slot.sends_in_flight; }
+
+  /// A payload SQE from `slot` completed (its result CQE, whatever the
+  /// result): the kernel has looked the buffer up or never will. Empties a
+  /// slot deregistered meanwhile once no send is left.
+  void send_completed(io_uring& ring, fixed_buffer& slot) noexcept {
+    if (slot.sends_in_flight > 0) --slot.sends_in_flight;
+    if (slot.sends_in_flight == 0 && slot.release_pending) release(ring, slot);
   }
 
   /// The registration holding [address, address + n): `hint` when it does,
@@ -191,6 +204,25 @@ class fixed_buffer_table {
   unsigned capacity() const noexcept { return capacity_; }
 
  private:
+  // Empties `slot` now: off the address index, out of the kernel's table.
+  void release(io_uring& ring, fixed_buffer& slot) noexcept {
+    auto [first, last] = by_address_.equal_range(reinterpret_cast<std::uintptr_t>(slot.base));
+    for (auto it = first; it != last; ++it) {
+      if (it->second == &slot) {
+        by_address_.erase(it);
+        break;
+      }
+    }
+    clear(ring, slot);
+    pinned_ -= slot.length;
+    slot.base = nullptr;
+    slot.length = 0;
+    slot.in_use = false;
+    slot.release_pending = false;
+    ++slot.generation;
+    free_.push_back(slot.index);  // reserved for capacity_ entries: cannot throw
+  }
+
   static fixed_buffer* refuse(fixed_refusal& out, fixed_refusal why) noexcept {
     out = why;
     return nullptr;

@@ -21,6 +21,8 @@
 
 namespace pdcoll::transport::uring_tcp::detail {
 
+struct fixed_buffer;  // fixed_buffers.hpp
+
 /// What precedes every message on a connection; little-endian on the wire.
 struct wire_header {
   std::uint64_t tag = 0;
@@ -68,6 +70,7 @@ struct operation {
   wire_header wire{};            ///< sends: the header in wire byte order
   std::size_t sent = 0;          ///< sends: header + payload bytes already on the wire
   unsigned zero_copy_pending = 0;///< zero-copy notifications not yet seen
+  fixed_buffer* fixed_send = nullptr;  ///< the slot of the payload SQE in flight, for a fixed-buffer send
   io_slot zero_copy_slot{io_kind::send_zc, this};
   unexpected_message* claimed = nullptr;  ///< recv waiting for this message's payload
   completion result{};
