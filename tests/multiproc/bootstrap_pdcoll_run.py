@@ -58,6 +58,65 @@ def test_failing_rank_status_and_grace():
     check(b"rank 1 exited with status 3" in proc.stderr, "pdcoll-run says which rank failed", proc)
 
 
+def test_the_first_failure_in_time_wins():
+    # Rank 1 fails first; rank 0 fails because of it about 10 ms later (as a
+    # peer of a lost rank does), often within one of the 20 ms polls that
+    # used to pick the lowest failed rank.
+    flag = f"/tmp/pdcoll-run-test-{os.getpid()}"
+    script = (f'if [ "$PDCOLL_RANK" = 1 ]; then sleep 0.3; touch {flag}; exit 3; fi; '
+              f'while [ ! -e {flag} ]; do :; done; sleep 0.008; exit 1')
+    try:
+        codes = []
+        for _ in range(3):
+            codes.append(run(["-n", "2", "sh", "-c", script])[0].returncode)
+            os.unlink(flag)
+    finally:
+        if os.path.exists(flag):
+            os.unlink(flag)
+    check(codes == [3, 3, 3], f"the status is the rank that failed first, not the lowest failed rank ({codes})")
+
+
+def running(pid):
+    """Whether `pid` is a live process (not gone, not a zombie left for an
+    init that reaps slowly)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_failed_ranks_children_are_ended():
+    pid_file = f"/tmp/pdcoll-run-child-{os.getpid()}"
+    proc, _ = run(["-n", "2", "--grace", "0.5", "sh", "-c",
+                   f'if [ "$PDCOLL_RANK" = 0 ]; then sleep 60 >/dev/null 2>&1 & echo $! > {pid_file}; exit 3; fi; '
+                   'sleep 30'])
+    check(proc.returncode == 3, "the failed rank's status", proc)
+    try:
+        child = int(open(pid_file).read())
+        os.unlink(pid_file)
+    except (OSError, ValueError):
+        child = None
+    alive = child is not None and running(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    check(child is not None and not alive, "a process the failed rank started is ended with the job", proc)
+
+
+def test_a_closed_stdout_ends_the_job_as_sigpipe_would():
+    # As in `yes | head -1`: the writer gets SIGPIPE once the reader is gone.
+    start = time.monotonic()
+    shell = subprocess.run(f"'{RUN}' -n 1 yes | head -1", shell=True, capture_output=True, timeout=30)
+    took = time.monotonic() - start
+    check(shell.stdout == b"[0] y\n" and took < 10, f"pdcoll-run -n 1 yes | head -1 ends (took {took:.1f} s)", shell)
+
+
+def test_a_forwarded_signal_that_ranks_survive_is_still_reported():
+    seen, code = signal_job('trap "exit 0" HUP', signal.SIGHUP)
+    check(seen == 2 and code == 128 + signal.SIGHUP,
+          f"SIGHUP reaches every rank, and a job it ended exits 129 though the ranks exit 0 (exit {code})")
+
+
 def test_ranks_ignoring_sigterm_are_killed():
     proc, took = run(["-n", "2", "--grace", "0.5", "sh", "-c",
                       'trap "" TERM; if [ "$PDCOLL_RANK" = 0 ]; then exit 5; fi; sleep 30'])
@@ -90,20 +149,27 @@ def test_output_is_prefixed_whole_lines():
     check(len(err) == 3 * 200 and good_err, "stderr lines are whole, prefixed, and stay on stderr", proc)
 
 
-def test_sigterm_is_forwarded():
-    proc = subprocess.Popen([RUN, "-n", "2", "sh", "-c", 'trap "exit 7" TERM; echo up; while :; do sleep 0.05; done'],
+def signal_job(trap, signum):
+    """Runs 2 ranks that set `trap` and loop, sends pdcoll-run `signum` once
+    both run, and returns (ranks seen running, pdcoll-run's exit status)."""
+    proc = subprocess.Popen([RUN, "-n", "2", "sh", "-c", trap + '; echo up; while :; do sleep 0.05; done'],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen = 0
     deadline = time.monotonic() + 10
     while seen < 2 and time.monotonic() < deadline:  # wait until both ranks run their trap
         if proc.stdout.readline().strip().endswith(b"up"):
             seen += 1
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     try:
         code = proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
         code = None
+    return seen, code
+
+
+def test_sigterm_is_forwarded():
+    seen, code = signal_job('trap "exit 7" TERM', signal.SIGTERM)
     check(seen == 2 and code == 7, f"SIGTERM reaches every rank (exit {code})")
 
 
