@@ -13,6 +13,7 @@
 #include <pdcoll/bootstrap/launch_info.hpp>
 #include <pdcoll/bootstrap/store.hpp>
 #include <pdcoll/communicator.hpp>
+#include <pdcoll/detail/env.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/transport/libfabric/endpoint.hpp>
 #include <pdcoll/transport/uring_tcp/endpoint.hpp>
@@ -34,8 +35,10 @@ struct job_options {
   communicator_options communicator;
   /// io_uring transport: payloads of at least this many bytes go out as
   /// zero-copy sends, from registered buffers where they lie in one
-  /// (PDCOLL_URING_ZERO_COPY_BYTES; default 0, off: see uring_tcp/options.hpp).
-  std::size_t uring_zero_copy_bytes = std::strtoull(env_or("PDCOLL_URING_ZERO_COPY_BYTES", "0").c_str(), nullptr, 10);
+  /// (PDCOLL_URING_ZERO_COPY_BYTES, a whole number of bytes; default 0, off,
+  /// as for anything else, such as "64k" or "-1": see uring_tcp/options.hpp).
+  std::size_t uring_zero_copy_bytes =
+      static_cast<std::size_t>(detail::env_number("PDCOLL_URING_ZERO_COPY_BYTES", 0).value_or(0));
   /// io_uring transport: one connection per direction between two ranks
   /// (PDCOLL_URING_DIRECTIONAL=1; default off: see
   /// uring_tcp::options::directional_connections).

@@ -285,6 +285,8 @@ TEST_CASE("inconsistent or missing variables are errors that name the variable")
   CHECK(contains(error_of({{"PDCOLL_RANK", "1x"}, {"PDCOLL_WORLD_SIZE", "2"}}), "PDCOLL_RANK='1x'"));
   CHECK(contains(error_of({{"PDCOLL_RANK", "0"}, {"PDCOLL_WORLD_SIZE", "0"}}), "PDCOLL_WORLD_SIZE=0 must be at least 1"));
   CHECK(contains(error_of({{"PDCOLL_RANK", "0"}, {"PDCOLL_WORLD_SIZE", "99999999999999"}}), "PDCOLL_WORLD_SIZE="));
+  CHECK(contains(error_of({{"PDCOLL_RANK", "0"}, {"PDCOLL_WORLD_SIZE", "2000000000"}, {"PDCOLL_ROOT", "h:1"}}),
+                 "PDCOLL_WORLD_SIZE=2000000000 is above the 65536 ranks a rendezvous store serves"));
   CHECK(contains(error_of({}), "no launcher variables found"));
   CHECK(contains(error_of({{"PDCOLL_RANK", "0"}, {"PDCOLL_WORLD_SIZE", "2"}}), "no rendezvous root"));
   CHECK(contains(error_of({{"PDCOLL_RANK", "0"}, {"PDCOLL_WORLD_SIZE", "2"}, {"PDCOLL_ROOT", "nohost"}}),

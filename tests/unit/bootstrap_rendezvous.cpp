@@ -363,6 +363,49 @@ TEST_CASE("a round number out of sequence is a protocol error") {
   CHECK(r0.expect(message_type::error).text == "rank 0 sent round 5 but its next round is 0");
 }
 
+TEST_CASE("before HELLO a frame longer than any HELLO closes the connection, after it the full limits apply") {
+  rendezvous_state state{3, "secret"};
+  client stranger{state, t0};
+  std::string header(4, '\0');
+  header[0] = static_cast<char>(0xa0), header[1] = static_cast<char>(0x86), header[2] = 0x01;  // 100,000 bytes
+  stranger.send_bytes(header);
+  CHECK(stranger.expect(message_type::error).text.find("frame length 100000") != std::string::npos);
+  CHECK(stranger.closing());
+  client r0{state, t0};
+  r0.send(hello(0));
+  r0.expect(message_type::welcome);
+  r0.send(keyed(message_type::set, "big", std::string(60000, 'v')));
+  r0.expect(message_type::ok);
+}
+
+TEST_CASE("a client that does not read its replies has its further requests wait until it does") {
+  server_options options;
+  options.max_backlog_bytes = 200;
+  rendezvous_state state{4, "secret", options};
+  client r0{state, t0};
+  r0.send(hello(0, "secret", 4));
+  r0.received();
+  message status = make(message_type::status);
+  std::string requests;
+  for (int i = 0; i < 50; ++i) requests += encode(status);
+  r0.send_bytes(requests);  // 50 STATUS at once, none of the replies read
+  CHECK(state.backlog(r0.id()) > 200);  // parsing stopped once the replies passed the limit
+  auto first = r0.received();
+  REQUIRE_FALSE(first.empty());
+  const std::size_t one_reply = encode(first.front()).size();
+  CHECK(first.size() < 50);
+  CHECK(first.size() <= 200 / one_reply + 1);
+  std::size_t answered = first.size();
+  for (int turn = 0; turn < 100 && answered < 50; ++turn) {
+    CHECK(state.backlog(r0.id()) == 0);  // received() took every reply
+    state.resume_input(r0.id(), t0);
+    CHECK(state.backlog(r0.id()) <= 200 + one_reply);
+    answered += r0.received().size();
+  }
+  CHECK(answered == 50);
+  CHECK_FALSE(r0.closing());
+}
+
 TEST_CASE("connections beyond world_size plus the allowance are closed at once") {
   server_options options;
   options.max_extra_connections = 1;

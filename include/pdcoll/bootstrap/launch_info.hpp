@@ -51,6 +51,7 @@
 #include <system_error>
 
 #include "pdcoll/bootstrap/pmix.hpp"
+#include "pdcoll/bootstrap/wire.hpp"
 #include "pdcoll/error.hpp"
 
 extern char** environ;  // POSIX environ(7); declared by <unistd.h> only with _GNU_SOURCE
@@ -234,6 +235,9 @@ inline std::optional<launcher_view> read_launcher(const environment_map& env, co
   if (!size) fail(std::string(vars.rank) + " is set but " + std::string(vars.size) + " is not");
   if (!rank) fail(std::string(vars.size) + " is set but " + std::string(vars.rank) + " is not");
   if (*size < 1) fail(show(vars.size, std::to_string(*size)) + " must be at least 1");
+  if (static_cast<std::size_t>(*size) > limits{}.max_world_size)
+    fail(show(vars.size, std::to_string(*size)) + " is above the " + std::to_string(limits{}.max_world_size) +
+         " ranks a rendezvous store serves");
   if (*rank >= *size)
     fail(show(vars.rank, std::to_string(*rank)) + " is not below " + show(vars.size, std::to_string(*size)));
   return launcher_view{&vars, *rank, *size};

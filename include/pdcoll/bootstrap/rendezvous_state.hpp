@@ -64,6 +64,9 @@ struct server_options {
   std::size_t max_store_bytes = 64u << 20;              ///< keys + values held by SET
   std::size_t max_gather_bytes = 256u << 20;            ///< bytes of one all_gather round
   std::size_t max_extra_connections = 64;               ///< connections allowed beyond world_size (unauthenticated)
+  /// Replies queued for one connection above which its further requests wait
+  /// unread until the client takes its replies (see receive()).
+  std::size_t max_backlog_bytes = 1u << 20;
 };
 
 /// The server's protocol logic over abstract connections. Single-threaded;
@@ -85,24 +88,39 @@ class rendezvous_state {
   connection_id open(clock::time_point now) {
     const connection_id id = next_id_++;
     connection& c = connections_[id];
-    c.reader = frame_reader{options_.wire};
+    // Until HELLO the only frame a client may send is a HELLO: an
+    // unauthenticated connection cannot make the store buffer a megabyte.
+    limits before_hello = options_.wire;
+    before_hello.max_frame = std::min(before_hello.max_frame, hello_frame_bytes(options_.wire));
+    c.reader = frame_reader{before_hello};
     c.hello_deadline = now + options_.hello_timeout;
     if (connections_.size() > static_cast<std::size_t>(world_size_) + options_.max_extra_connections)
       close_later(c, now);
     return id;
   }
 
-  /// Feeds bytes received on `id` at `now`. Bytes arriving after the
-  /// connection started closing are ignored.
+  /// Feeds bytes received on `id` at `now` and handles the requests they
+  /// complete. Bytes arriving after the connection started closing are
+  /// ignored. While more than options.max_backlog_bytes of replies wait for
+  /// the client, its further requests stay unparsed (a client that sends
+  /// STATUS after STATUS and never reads cannot grow the store's memory
+  /// without bound); resume_input() takes them up once it has read.
   void receive(connection_id id, std::string_view bytes, clock::time_point now) {
     auto it = connections_.find(id);
     if (it == connections_.end() || it->second.closing) return;
     it->second.reader.feed(bytes);
+    resume_input(id, now);
+  }
+
+  /// Handles the requests received on `id` and not handled yet because its
+  /// replies were backed up (see receive()). Cheap when there are none.
+  void resume_input(connection_id id, clock::time_point now) {
     message m;
     std::string why;
     for (;;) {
       auto found = connections_.find(id);  // handlers never erase, but stay honest
       if (found == connections_.end() || found->second.closing) return;
+      if (found->second.queued > options_.max_backlog_bytes) return;
       switch (found->second.reader.next(m, why)) {
         case frame_reader::status::need_more: return;
         case frame_reader::status::error: fatal(found->second, errc::protocol, why, now); return;
@@ -161,6 +179,7 @@ class rendezvous_state {
       const std::size_t left = c.outbox.front()->size() - c.sent;
       const std::size_t step = std::min(n, left);
       c.sent += step;
+      c.queued -= step;
       n -= step;
       if (c.sent == c.outbox.front()->size()) {
         c.outbox.pop_front();
@@ -176,6 +195,12 @@ class rendezvous_state {
     if (it == connections_.end()) return true;
     const connection& c = it->second;
     return c.closing && (c.outbox.empty() || now >= *c.close_deadline);
+  }
+
+  /// Bytes of replies queued for `id` and not yet consumed.
+  std::size_t backlog(connection_id id) const {
+    auto it = connections_.find(id);
+    return it == connections_.end() ? 0 : it->second.queued;
   }
 
   /// True while `id` has bytes to send.
@@ -216,6 +241,7 @@ class rendezvous_state {
     frame_reader reader;
     std::deque<shared_bytes> outbox;
     std::size_t sent = 0;             // bytes of outbox.front() already written
+    std::size_t queued = 0;           // bytes in outbox not yet written
     int rank = -1;                    // set by a successful HELLO
     pending waiting = pending::none;
     std::string waiting_key;
@@ -237,8 +263,13 @@ class rendezvous_state {
 
   void send(connection& c, const message& m) { send(c, std::make_shared<const std::string>(encode(m))); }
   void send(connection& c, shared_bytes bytes) {
-    if (!c.closing) c.outbox.push_back(std::move(bytes));
+    if (c.closing) return;
+    c.queued += bytes->size();
+    c.outbox.push_back(std::move(bytes));
   }
+
+  /// The largest HELLO body: type, token (16-bit length first), rank, world size.
+  static std::size_t hello_frame_bytes(const limits& lim) noexcept { return 1 + 2 + lim.max_token + 4 + 4; }
 
   void close_later(connection& c, clock::time_point now) {
     c.closing = true;
@@ -321,6 +352,7 @@ class rendezvous_state {
     slot.joined = true;
     slot.connection = id;
     c.rank = static_cast<int>(m.rank);
+    c.reader.set_limits(options_.wire);
     reply(c, message_type::welcome);
   }
 

@@ -85,16 +85,22 @@ class rendezvous_server {
     for (;;) {
       fds.clear();
       ids.clear();
-      fds.push_back({wake_read_.get(), POLLIN, 0});
-      fds.push_back({stopping ? -1 : listener_.get(), POLLIN, 0});
+      // Once stopping, the wake pipe (never drained) and the listener are
+      // left out, or poll() would return at once on every turn.
+      fds.push_back({stopping ? -1 : wake_read_.get(), POLLIN, 0});
+      const bool accepting = !stopping && clock::now() >= accept_paused_until_;
+      fds.push_back({accepting ? listener_.get() : -1, POLLIN, 0});
       for (auto& [id, fd] : sockets_) {
-        short events = state_.closing(id) ? 0 : POLLIN;
+        // A client whose replies are backed up is not read: its requests
+        // wait in its socket, and TCP slows it down.
+        short events = state_.closing(id) || state_.backlog(id) > options_.max_backlog_bytes ? 0 : POLLIN;
         if (state_.wants_write(id)) events |= POLLOUT;
         fds.push_back({fd.get(), events, 0});
         ids.push_back(id);
       }
       auto wake = clock::now() + std::chrono::seconds{1};
       if (auto deadline = state_.next_deadline()) wake = std::min(wake, *deadline);
+      if (!stopping && !accepting) wake = std::min(wake, accept_paused_until_);
       if (stopping) wake = std::min(wake, stop_deadline);
       const int ready = ::poll(fds.data(), fds.size(), detail::poll_timeout(wake));
       if (ready < 0 && errno != EINTR) return;
@@ -104,7 +110,7 @@ class rendezvous_server {
         stopping = true;
         stop_deadline = now + options_.flush_timeout;
       }
-      if (!stopping && (fds[1].revents & POLLIN)) accept_all(now);
+      if (accepting && (fds[1].revents & POLLIN)) accept_all(now);
 
       std::vector<rendezvous_state::connection_id> gone;
       for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -117,6 +123,8 @@ class rendezvous_server {
         if ((revents & (POLLHUP | POLLERR)) && state_.closing(id)) gone.push_back(id);
       }
       for (auto id : gone) drop(id);
+      // Requests left unparsed while a client's replies were backed up.
+      for (const auto id : state_.connections()) state_.resume_input(id, now);
 
       state_.tick(now);
       bool output_left = false;
@@ -132,7 +140,14 @@ class rendezvous_server {
   void accept_all(clock::time_point now) {
     for (;;) {
       const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN: drained; EMFILE and friends: try again on the next wake
+      if (fd < 0) {
+        // EAGAIN: drained. Out of descriptors or memory, the connection
+        // stays queued and the listener readable: look again in 100 ms
+        // instead of spinning on it.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+          accept_paused_until_ = now + std::chrono::milliseconds{100};
+        return;
+      }
       const auto id = state_.open(now);
       sockets_.emplace(id, detail::unique_fd{fd});
     }
@@ -146,7 +161,7 @@ class rendezvous_server {
       const ssize_t n = ::recv(sockets_.at(id).get(), buffer, sizeof buffer, 0);
       if (n > 0) {
         state_.receive(id, std::string_view{buffer, static_cast<std::size_t>(n)}, now);
-        if (state_.closing(id)) return true;
+        if (state_.closing(id) || state_.backlog(id) > options_.max_backlog_bytes) return true;
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
@@ -184,6 +199,7 @@ class rendezvous_server {
   detail::unique_fd wake_read_;
   detail::unique_fd wake_write_;
   std::uint16_t port_ = 0;
+  clock::time_point accept_paused_until_{};
   std::map<rendezvous_state::connection_id, detail::unique_fd> sockets_;
   std::thread thread_;
 };

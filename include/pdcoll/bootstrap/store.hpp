@@ -73,9 +73,11 @@ class store {
   /// within 5000 ms"), errc::unauthenticated, errc::bootstrap ("rank 3 joined
   /// twice", world-size mismatch, rank 0 cannot listen).
   static store connect(const launch_info& info, std::chrono::milliseconds timeout, store_options options = {}) {
-    if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size)
+    if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size ||
+        static_cast<std::size_t>(info.world_size) > options.server.wire.max_world_size)
       detail::throw_error(errc::bootstrap, "launch_info has rank " + std::to_string(info.rank) + " and world_size " +
-                                               std::to_string(info.world_size));
+                                               std::to_string(info.world_size) + " (at most " +
+                                               std::to_string(options.server.wire.max_world_size) + " ranks)");
     if (timeout.count() <= 0) detail::throw_error(errc::invalid_argument, "store timeout must be positive");
     auto s = std::make_unique<state>();
     s->rank = info.rank;

@@ -237,6 +237,10 @@ class frame_reader {
   /// A reader enforcing `lim` on every frame.
   explicit frame_reader(limits lim = {}) : limits_(lim) {}
 
+  /// Applies `lim` from the next frame on (the store widens a connection's
+  /// limits once it has said HELLO).
+  void set_limits(limits lim) noexcept { limits_ = lim; }
+
   /// Appends received bytes.
   void feed(std::string_view bytes) { buffer_.append(bytes); }
 
