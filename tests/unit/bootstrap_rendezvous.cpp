@@ -82,6 +82,14 @@ class client {
 
 const auto t0 = rendezvous_state::clock::time_point{} + std::chrono::hours{1};
 
+/// A client of `state` that has said HELLO as `rank` of `world` and read its WELCOME.
+client welcomed(rendezvous_state& state, std::uint32_t rank, std::string token, std::uint32_t world) {
+  client c{state, t0};
+  c.send(hello(rank, std::move(token), world));
+  c.expect(message_type::welcome);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("every message type survives an encode/decode round trip") {
@@ -262,9 +270,7 @@ TEST_CASE("the store refuses a SET that would exceed its byte budget without clo
   server_options options;
   options.max_store_bytes = 10;
   rendezvous_state state{1, "", options};
-  client r0{state, t0};
-  r0.send(hello(0, "", 1));
-  r0.received();
+  client r0 = welcomed(state, 0, "", 1);
   r0.send(keyed(message_type::set, "k", "123456789"));
   r0.expect(message_type::ok);
   r0.send(keyed(message_type::set, "k2", "1"));
@@ -382,9 +388,7 @@ TEST_CASE("a client that does not read its replies has its further requests wait
   server_options options;
   options.max_backlog_bytes = 200;
   rendezvous_state state{4, "secret", options};
-  client r0{state, t0};
-  r0.send(hello(0, "secret", 4));
-  r0.received();
+  client r0 = welcomed(state, 0, "secret", 4);
   message status = make(message_type::status);
   std::string requests;
   for (int i = 0; i < 50; ++i) requests += encode(status);
