@@ -3,7 +3,9 @@
 // bug fails the test instead of hanging it.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "pdcoll/bootstrap/server.hpp"
 #include "pdcoll/bootstrap/store.hpp"
 
 using namespace pdcoll::bootstrap;
@@ -245,4 +248,48 @@ TEST_CASE("the root going away fails a waiting client with peer_lost, not a hang
   REQUIRE(waiting.wait_for(5s) == std::future_status::ready);
   auto e = waiting.get();
   CHECK(e.code() == pdcoll::errc::peer_lost);
+}
+
+TEST_CASE("a server stopping with replies a client does not read waits out its flush time asleep, not spinning") {
+  server_options options;
+  options.flush_timeout = 500ms;
+  auto server = std::make_unique<rendezvous_server>("127.0.0.1", 0, 1, "t", options);
+  // A client that joins, stores a large value and asks for it again and
+  // again without reading: replies pile up in the server's outbox.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(server->port());
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  message m;
+  m.type = message_type::hello;
+  m.token = "t";
+  m.world_size = 1;
+  std::string requests = encode(m);
+  m.type = message_type::set;
+  m.key = "k";
+  m.value = std::string(60000, 'v');
+  requests += encode(m);
+  m.type = message_type::get;
+  m.value.clear();
+  for (int i = 0; i < 300; ++i) requests += encode(m);  // 18 MB of replies: more than socket buffers hold
+  REQUIRE(::send(fd, requests.data(), requests.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(requests.size()));
+  std::this_thread::sleep_for(200ms);  // the server answers what it can and the socket fills
+
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  const auto start = std::chrono::steady_clock::now();
+  server.reset();  // stops with output left for the client
+  const auto wall = std::chrono::steady_clock::now() - start;
+  ::getrusage(RUSAGE_SELF, &after);
+  ::close(fd);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  const double cpu = seconds(after.ru_utime) - seconds(before.ru_utime) + seconds(after.ru_stime) - seconds(before.ru_stime);
+  MESSAGE("stopping took " << std::chrono::duration<double>(wall).count() << " s, " << cpu << " s of CPU");
+  CHECK(wall >= 400ms);  // it did wait for the client, up to flush_timeout
+  CHECK(cpu < 0.2);
 }

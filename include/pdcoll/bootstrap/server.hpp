@@ -123,14 +123,18 @@ class rendezvous_server {
         if ((revents & (POLLHUP | POLLERR)) && state_.closing(id)) gone.push_back(id);
       }
       for (auto id : gone) drop(id);
-      // Requests left unparsed while a client's replies were backed up.
-      for (const auto id : state_.connections()) state_.resume_input(id, now);
 
       state_.tick(now);
-      bool output_left = false;
       for (const auto id : state_.connections()) {
         if (!write_to(id)) { drop(id); continue; }
-        if (state_.should_drop(id, now)) { drop(id); continue; }
+        if (state_.should_drop(id, now)) drop(id);
+      }
+      // Requests left unparsed while a client's replies were backed up,
+      // now that some of them went out (what they queue goes next turn:
+      // its connection then asks poll() for POLLOUT).
+      bool output_left = false;
+      for (const auto id : state_.connections()) {
+        state_.resume_input(id, now);
         output_left = output_left || state_.wants_write(id);
       }
       if (stopping && (!output_left || now >= stop_deadline)) return;
