@@ -71,9 +71,10 @@ void check_agreement(int world, std::size_t count, Op op, std::size_t node_memor
 }
 
 template <class Algo>
-void check_every_op(std::size_t node_memory_bytes = 0) {
+void check_every_op(std::size_t node_memory_bytes = 0, std::size_t large = 20000) {
   for (int world = 2; world <= 8; ++world) {
-    for (std::size_t count : {std::size_t{1}, std::size_t{4}, std::size_t{37}}) {
+    for (std::size_t count : {std::size_t{1}, std::size_t{4}, std::size_t{37}, large}) {
+      if (count == 0) continue;
       check_agreement<Algo>(world, count, pdcoll::op::min, node_memory_bytes);
       check_agreement<Algo>(world, count, pdcoll::op::max, node_memory_bytes);
       check_agreement<Algo>(world, count, pdcoll::op::sum, node_memory_bytes);
@@ -89,7 +90,13 @@ TEST_SUITE("collectives: every rank gets the same bits") {
   TEST_CASE("automatic without node memory (recursive doubling for small counts)") {
     check_every_op<pdcoll::algo::automatic>();
   }
-  TEST_CASE("automatic with node memory") { check_every_op<pdcoll::algo::automatic>(std::size_t{1} << 20); }
+  TEST_CASE("automatic with node memory (the small path, then shared_memory_scatter from 32 KiB)") {
+    check_every_op<pdcoll::algo::automatic>(std::size_t{1} << 20, 20000);
+  }
+  TEST_CASE("shared_memory with node memory") {
+    check_every_op<pdcoll::algo::shared_memory>(std::size_t{1} << 20, 20000);
+  }
+  TEST_CASE("two_shot") { check_every_op<pdcoll::algo::two_shot>(); }
   TEST_CASE("rabenseifner") { check_every_op<pdcoll::algo::rabenseifner>(); }
   TEST_CASE("ring") { check_every_op<pdcoll::algo::ring>(); }
   TEST_CASE("tree") { check_every_op<pdcoll::algo::tree>(); }

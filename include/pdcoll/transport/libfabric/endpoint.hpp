@@ -1042,7 +1042,18 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // to the kernel (verbs, efa) refuses it, and its mapping still registers
     // as system memory.
     if (rc != 0 && path == data_path::dmabuf && region.kind == memory_kind::emulated_device) {
+      const int refused = rc;
       rc = register_along(data_path::hmem_iface, region, &mr);
+      if (rc == 0 && !dmabuf_refusal_reported_) {  // reported, not switched silently (DESIGN §5)
+        dmabuf_refusal_reported_ = true;
+        try {
+          pdcoll::detail::log(pdcoll::detail::log_level::warn, rank_,
+                              std::string("libfabric: ") + provider_ + " refused the emulated device's memfd as a " +
+                                  "DMA-BUF (" + ::fi_strerror(-refused) + "); its mapped range is registered instead");
+        } catch (...) {
+          // Diagnostics only.
+        }
+      }
     }
     if (rc != 0) {
       last_registration_error_ = make_fabric_error(rc);
@@ -1730,6 +1741,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   fid_ep* ep_ = nullptr;
   int wait_fd_ = -1;
   bool has_hmem_ = false;
+  bool dmabuf_refusal_reported_ = false;  // the emulated device's fallback was logged
   bool has_source_ = false;
   bool closing_ = false;
   bool abandoned_ = false;  // close() on tcp;ofi_rxm: the ep stays open, its CQ is drained unread
