@@ -7,9 +7,11 @@
 # the in-place median time per map and library (the median over rounds),
 # with the rounds' range.
 #
-# With 4 ranks on 2 CPUs a launch left unbound settles into one placement
-# for its whole life, and which one it is decides more of its time than the
-# library does (design-notes item 36): for pdcoll and Open MPI alike the
+# With 4 ranks on 2 CPUs a launch left unbound mostly keeps one placement for
+# most of its life (--watch samples it; design-notes item 42: 95-98 % of the
+# samples in one placement in half the launches, two placements shared in
+# the rest), and which one it is decides more of its time than the library
+# does (design-notes item 36): for pdcoll and Open MPI alike the
 # slow placement is the one that puts the partner of every recursive-doubling
 # step on the other CPU (0101 for pdcoll's Gray-code partners, 0110 for Open
 # MPI's rank ^ mask); with one step's partners sharing a CPU both run faster.
@@ -20,11 +22,14 @@
 # Options: --ranks N (4) --size BYTES (4K) --iters N (3000) --rounds N (4)
 # --maps "M ..." (0011 0110 0101: digit k is the CPU of rank k, an index into
 # this process's allowed CPUs; "unbound" is always run too) --build DIR
-# (build-bench: pdcoll-bench and mpi_allreduce_bench built there).
+# (build-bench: pdcoll-bench and mpi_allreduce_bench built there) --watch
+# SECONDS (off: sample the unbound launches' placement this often with
+# bench/placement_watch.py and list, per launch, the share of the samples
+# each placement had).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ranks=4 size=4K iters=3000 rounds=4 maps="0011 0110 0101" build=build-bench
+ranks=4 size=4K iters=3000 rounds=4 maps="0011 0110 0101" build=build-bench watch=
 while (($#)); do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -33,6 +38,7 @@ while (($#)); do
     --rounds) rounds=$2; shift 2 ;;
     --maps) maps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --watch) watch=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "placement.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
@@ -66,15 +72,23 @@ source bench/common.sh
 args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 2)) -c 1)
 for round in $(seq "$rounds"); do
   for m in $maps unbound; do
-    wrap=("$tmp/pin")
-    [ "$m" = unbound ] && wrap=()
-    t=$(PLACEMENT_MAP=$m tools/pdcoll-run -n "$ranks" --bind-to none "${wrap[@]}" "$bin/pdcoll-bench" \
-      --transport uring "${args[@]}" 2>&1 | in_place_us)
-    echo "$round $m pdcoll ${t:-nan}" >>"$tmp/rows"
-    t=$(PLACEMENT_MAP=$m mpirun --oversubscribe --allow-run-as-root --bind-to none -x PLACEMENT_MAP -n "$ranks" \
-      --mca btl self,tcp --mca btl_tcp_if_include lo "${wrap[@]}" "$bin/mpi_allreduce_bench" --transport tcp \
-      "${args[@]}" 2>&1 | in_place_us)
-    echo "$round $m openmpi ${t:-nan}" >>"$tmp/rows"
+    wrap=("$tmp/pin") watch_pdcoll=() watch_mpi=()
+    if [ "$m" = unbound ]; then
+      wrap=()
+      if [ -n "$watch" ]; then
+        watch_pdcoll=(bench/placement_watch.py --interval "$watch" --pattern pdcoll-bench --)
+        watch_mpi=(bench/placement_watch.py --interval "$watch" --pattern mpi_allreduce_bench --)
+      fi
+    fi
+    PLACEMENT_MAP=$m "${watch_pdcoll[@]}" tools/pdcoll-run -n "$ranks" --bind-to none "${wrap[@]}" \
+      "$bin/pdcoll-bench" --transport uring "${args[@]}" >"$tmp/out" 2>&1 || true
+    echo "$round $m pdcoll $(in_place_us <"$tmp/out" | grep . || echo nan)" >>"$tmp/rows"
+    sed -n 's/^placement_watch: /pdcoll: /p' "$tmp/out" >>"$tmp/watch"
+    PLACEMENT_MAP=$m "${watch_mpi[@]}" mpirun --oversubscribe --allow-run-as-root --bind-to none -x PLACEMENT_MAP \
+      -n "$ranks" --mca btl self,tcp --mca btl_tcp_if_include lo "${wrap[@]}" "$bin/mpi_allreduce_bench" \
+      --transport tcp "${args[@]}" >"$tmp/out" 2>&1 || true
+    echo "$round $m openmpi $(in_place_us <"$tmp/out" | grep . || echo nan)" >>"$tmp/rows"
+    sed -n 's/^placement_watch: /Open MPI: /p' "$tmp/out" >>"$tmp/watch"
   done
   echo "round $round of $rounds done" >&2
 done
@@ -99,3 +113,8 @@ for m in dict.fromkeys(r[1] for r in rows):
     ratio = f"{cell['openmpi'][0] / cell['pdcoll'][0]:.2f}" if cell["pdcoll"] and cell["openmpi"] else "-"
     print(f"| {m} | {fmt(cell['pdcoll'])} | {fmt(cell['openmpi'])} | {ratio} |")
 EOF
+if [ -s "$tmp/watch" ]; then
+  echo
+  echo "Where the unbound launches' ranks were (bench/placement_watch.py, a sample every $watch s; the groups of ranks that shared a CPU, share of the samples):"
+  sed 's/^/- /' "$tmp/watch"
+fi
