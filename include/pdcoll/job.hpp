@@ -1,5 +1,6 @@
 // File: job.hpp — joining the job that launched this process: rank discovery,
-// the rendezvous store, the transport and the communicator, in one call.
+// the rendezvous store, the transport and the communicator, in one call; and
+// splitting the job into groups with communicators of their own (group.hpp).
 //
 //     pdcoll::job job = pdcoll::job::from_environment();   // pdcoll-run, mpirun, srun, torchrun
 //     auto& comm = job.comm();
@@ -11,17 +12,24 @@
 #pragma once
 
 #include <pdcoll/bootstrap/launch_info.hpp>
+#include <pdcoll/bootstrap/split.hpp>
 #include <pdcoll/bootstrap/store.hpp>
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/detail/env.hpp>
 #include <pdcoll/detail/log.hpp>
+#include <pdcoll/group.hpp>
 #include <pdcoll/transport/libfabric/endpoint.hpp>
 #include <pdcoll/transport/uring_tcp/endpoint.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace pdcoll {
 
@@ -85,30 +93,15 @@ class job {
 
   /// Joins with explicit launch information.
   job(const bootstrap::launch_info& info, const job_options& options)
-      : store_(std::make_unique<bootstrap::store>(bootstrap::store::connect(info))) {
-    std::unique_ptr<transport::endpoint> ep;
-    auto exchange = store_->exchange();
-    if (options.transport == "libfabric") {
-      transport::libfabric::options o;
-      o.provider = options.provider;
-      ep = transport::libfabric::make_endpoint(info.rank, info.world_size, exchange, o);
-    } else if (options.transport == "uring" || options.transport == "uring_tcp") {
-      transport::uring_tcp::options o;
-      o.token = info.token;
-      o.timeout = info.timeout;
-      o.zero_copy_threshold = options.uring_zero_copy_bytes;
-      o.directional_connections = options.uring_directional;
-      o.congestion_control = options.uring_congestion;
-      o.receiving = options.uring_receiving;
-      ep = transport::uring_tcp::make_endpoint(info.rank, info.world_size, exchange, o);
-    } else {
-      throw std::system_error(make_error_code(errc::invalid_argument),
-                              "PDCOLL_TRANSPORT=" + options.transport + " is not one of libfabric, uring");
-    }
+      : store_(std::make_unique<bootstrap::store>(bootstrap::store::connect(info))),
+        options_(options),
+        token_(info.token),
+        timeout_(info.timeout) {
+    auto ep = make_endpoint(info.rank, info.world_size, store_->exchange(), token_);
     detail::log(detail::log_level::info, info.rank,
                 "joined a " + std::to_string(info.world_size) + "-rank job launched by " + info.launcher +
                     " over " + ep->name());
-    comm_ = std::make_unique<communicator>(std::move(ep), options.communicator);
+    comm_ = std::make_unique<communicator>(std::move(ep), options_.communicator);
   }
 
   job(job&&) noexcept = default;
@@ -137,8 +130,117 @@ class job {
   /// Number of ranks.
   int world_size() const noexcept { return comm_->world_size(); }
 
+  /// Splits the job's ranks into groups, as MPI_Comm_split and ncclCommSplit
+  /// do: ranks that pass the same `color` (>= 0) form a group with a
+  /// communicator of its own, ordered by `key`, ties by job rank; a rank
+  /// that passes bootstrap::no_color joins none and gets nullopt. Every rank
+  /// of the job must call it, with its splits and new_groups in the same
+  /// order, and not while another thread uses store().
+  ///
+  /// Cost: one all_gather through the store, then the group's endpoint set
+  /// up through it (bootstrap::group_exchange) over the job's transport and
+  /// options. Throws std::system_error: errc::invalid_argument for a color
+  /// below no_color (on the calling rank only; the others then time out),
+  /// errc::collective_mismatch when ranks mixed split and new_group, the
+  /// store's errors, or the transport's setup error.
+  std::optional<group> split(int color, int key) {
+    if (color < bootstrap::no_color)
+      throw std::system_error(make_error_code(errc::invalid_argument),
+                              "split color " + std::to_string(color) + " is negative and not no_color (-1)");
+    return make_group({color, key, split_agreement});
+  }
+  /// split(color, key) with the job rank as key: groups keep the job's order.
+  std::optional<group> split(int color) { return split(color, rank()); }
+
+  /// A group of exactly `ranks` (job ranks, distinct, listed in the group's
+  /// rank order), as torch.distributed.new_group makes; ranks outside it get
+  /// nullopt. Every rank of the job must call it with the same list, in the
+  /// same order as its other splits and new_groups. Cost and errors as
+  /// split(); a list that differs between ranks fails on every rank with
+  /// errc::collective_mismatch, an invalid one (a rank out of range or
+  /// repeated) with errc::invalid_argument before anything is exchanged.
+  std::optional<group> new_group(std::span<const int> ranks) {
+    std::vector<bool> seen(static_cast<std::size_t>(world_size()), false);
+    std::uint64_t digest = 14695981039346656037ull;  // FNV-1a over the list
+    int key = -1;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const int r = ranks[i];
+      if (r < 0 || r >= world_size() || seen[static_cast<std::size_t>(r)])
+        throw std::system_error(make_error_code(errc::invalid_argument),
+                                "new_group: rank " + std::to_string(r) +
+                                    (r < 0 || r >= world_size() ? " is outside the job of " + std::to_string(world_size())
+                                                                : std::string(" is listed twice")));
+      seen[static_cast<std::size_t>(r)] = true;
+      if (r == rank()) key = static_cast<int>(i);
+      digest = (digest ^ static_cast<std::uint32_t>(r)) * 1099511628211ull;
+    }
+    digest = (digest ^ ranks.size()) * 1099511628211ull;
+    if (digest == split_agreement) ++digest;
+    return make_group({key < 0 ? bootstrap::no_color : 0, key, digest});
+  }
+  /// new_group over a braced list: `job.new_group({0, 2})`.
+  std::optional<group> new_group(std::initializer_list<int> ranks) {
+    return new_group(std::span<const int>(ranks.begin(), ranks.size()));
+  }
+
  private:
+  /// The agreement every rank of a split() passes (new_group passes a digest).
+  static constexpr std::uint64_t split_agreement = 0;
+
+  /// An endpoint of the job's transport for `rank` of `size`, set up through `exchange`.
+  std::unique_ptr<transport::endpoint> make_endpoint(int rank, int size, const transport::address_exchange& exchange,
+                                                     const std::string& token) const {
+    if (options_.transport == "libfabric") {
+      transport::libfabric::options o;
+      o.provider = options_.provider;
+      return transport::libfabric::make_endpoint(rank, size, exchange, o);
+    }
+    if (options_.transport == "uring" || options_.transport == "uring_tcp") {
+      transport::uring_tcp::options o;
+      o.token = token;
+      o.timeout = timeout_;
+      o.zero_copy_threshold = options_.uring_zero_copy_bytes;
+      o.directional_connections = options_.uring_directional;
+      o.congestion_control = options_.uring_congestion;
+      o.receiving = options_.uring_receiving;
+      return transport::uring_tcp::make_endpoint(rank, size, exchange, o);
+    }
+    throw std::system_error(make_error_code(errc::invalid_argument),
+                            "PDCOLL_TRANSPORT=" + options_.transport + " is not one of libfabric, uring");
+  }
+
+  /// Gathers every rank's request and builds this rank's group, if it has one.
+  std::optional<group> make_group(const bootstrap::split_request& mine) {
+    const int number = splits_++;
+    const auto gathered = store_->all_gather(bootstrap::encode(mine));
+    std::vector<bootstrap::split_request> requests;
+    requests.reserve(gathered.size());
+    for (const auto& text : gathered) requests.push_back(bootstrap::decode_split_request(text));
+    for (const auto& r : requests)
+      if (r.agreement != mine.agreement)
+        throw std::system_error(make_error_code(errc::collective_mismatch),
+                                "split #" + std::to_string(number) +
+                                    ": ranks called different splits (split and new_group, or new_group with "
+                                    "different rank lists)");
+    std::vector<int> members = bootstrap::split_members(requests, rank());
+    if (members.empty()) return std::nullopt;
+    const int index = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+    const std::string name = "pdcoll/split/" + std::to_string(number) + "/" + std::to_string(mine.color);
+    auto ep = make_endpoint(index, static_cast<int>(members.size()),
+                            bootstrap::group_exchange(*store_, name, static_cast<int>(members.size()), index),
+                            token_ + "/" + name);
+    detail::log(detail::log_level::info, rank(),
+                "split #" + std::to_string(number) + ": rank " + std::to_string(index) + " of a " +
+                    std::to_string(members.size()) + "-rank group (color " + std::to_string(mine.color) + ") over " +
+                    ep->name());
+    return group(std::make_unique<communicator>(std::move(ep), options_.communicator), std::move(members));
+  }
+
   std::unique_ptr<bootstrap::store> store_;
+  job_options options_;
+  std::string token_;
+  std::chrono::milliseconds timeout_;
+  int splits_ = 0;
   std::unique_ptr<communicator> comm_;
 };
 

@@ -5,6 +5,7 @@
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/error.hpp>
 #include <pdcoll/exec/exec.hpp>
+#include <pdcoll/group.hpp>
 #include <pdcoll/memory/view.hpp>
 #include <pdcoll/point_to_point.hpp>
 #include <pdcoll/reduce/data_type.hpp>

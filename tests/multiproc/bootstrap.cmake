@@ -1,8 +1,6 @@
 # Bootstrap multi-process tests: the rendezvous store across real processes
 # started by tools/pdcoll-run, and pdcoll-run's own behaviour.
-add_executable(multiproc_bootstrap ${CMAKE_CURRENT_LIST_DIR}/bootstrap_rendezvous.cpp
-                                   ${CMAKE_CURRENT_LIST_DIR}/../doctest_main.cpp)
-target_link_libraries(multiproc_bootstrap PRIVATE pdcoll::pdcoll doctest::doctest)
+pdcoll_multiproc_executable(multiproc_bootstrap bootstrap_rendezvous.cpp)
 foreach(n IN ITEMS 1 2 3 5)
   add_test(NAME multiproc.bootstrap.n${n}
            COMMAND ${PDCOLL_RUN} -n ${n} --timeout 60 $<TARGET_FILE:multiproc_bootstrap>)

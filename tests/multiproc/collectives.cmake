@@ -3,25 +3,15 @@
 # (libfabric shm, libfabric tcp, io_uring TCP); every rank checks its own
 # results. The mismatch case aborts its communicator on purpose, so it runs
 # in a job of its own per transport.
-add_executable(multiproc_collectives
-  ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/collectives_world.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctest_main.cpp)
-target_link_libraries(multiproc_collectives PRIVATE pdcoll::pdcoll doctest::doctest)
-target_include_directories(multiproc_collectives PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+pdcoll_multiproc_executable(multiproc_collectives collectives_world.cpp)
 
 # name|PDCOLL_TRANSPORT|PDCOLL_PROVIDER
 set(PDCOLL_COLLECTIVES_TRANSPORTS "shm|libfabric|shm" "tcp|libfabric|tcp" "uring|uring|")
 foreach(entry IN LISTS PDCOLL_COLLECTIVES_TRANSPORTS)
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 what)
-  list(GET parts 1 transport)
-  list(GET parts 2 provider)
-  set(environment "PDCOLL_TRANSPORT=${transport}")
-  if(provider)
-    list(APPEND environment "PDCOLL_PROVIDER=${provider}")
-  endif()
   # Deadlines well under the ctest timeout: a lost message fails the job, it never hangs it.
-  list(APPEND environment "PDCOLL_TIMEOUT_MS=30000")
+  pdcoll_transport_entry("${entry}" run)
+  set(what ${run_name})
+  set(environment "${run_environment}" "PDCOLL_TIMEOUT_MS=30000")
   foreach(n IN ITEMS 2 3 4)
     add_test(NAME multiproc.collectives.${what}.n${n}
              COMMAND ${PDCOLL_RUN} -n ${n} --timeout 280 $<TARGET_FILE:multiproc_collectives>

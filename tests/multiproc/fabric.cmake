@@ -1,11 +1,7 @@
 # libfabric transport: multi-process tests over shm and tcp (tcp;ofi_rxm).
 # The ranks are forked by tests/multiproc/fork_harness.hpp; each ctest entry
 # runs one doctest case with PDCOLL_PROVIDER set.
-add_executable(fabric_multiproc
-  ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/fabric_transport.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctest_main.cpp)
-target_link_libraries(fabric_multiproc PRIVATE pdcoll::pdcoll doctest::doctest)
-target_include_directories(fabric_multiproc PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+pdcoll_multiproc_executable(fabric_multiproc fabric_transport.cpp)
 
 set(PDCOLL_FABRIC_CASES
   "pingpong|ping-pong from 0 bytes*"

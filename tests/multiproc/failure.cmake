@@ -44,14 +44,9 @@ set_tests_properties(multiproc.failure.soak.shm PROPERTIES
 
 # An abort on an idle rank reaches its peers at once, whoever drives progress.
 foreach(entry IN ITEMS "shm|libfabric|shm" "tcp|libfabric|tcp" "uring|uring|")
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 what)
-  list(GET parts 1 transport)
-  list(GET parts 2 provider)
-  set(environment "PDCOLL_TRANSPORT=${transport}" "PDCOLL_TEST_OP_TIMEOUT_MS=30000")
-  if(provider)
-    list(APPEND environment "PDCOLL_PROVIDER=${provider}")
-  endif()
+  pdcoll_transport_entry("${entry}" run)
+  set(what ${run_name})
+  set(environment "${run_environment}" "PDCOLL_TEST_OP_TIMEOUT_MS=30000")
   add_test(NAME multiproc.failure.abort_idle.${what}
            COMMAND ${PDCOLL_RUN} -n 3 --timeout 60 $<TARGET_FILE:failure_rank> abort-idle 4)
   set_tests_properties(multiproc.failure.abort_idle.${what} PROPERTIES

@@ -3,9 +3,7 @@
 # shm and tcp, host-staged over io_uring, and host staging forced on shm.
 # Staging chunks are 64 KiB here so a few hundred KiB already run a
 # multi-chunk pipeline.
-add_executable(multiproc_peerdirect ${CMAKE_CURRENT_LIST_DIR}/peerdirect_collectives.cpp
-                                    ${CMAKE_CURRENT_LIST_DIR}/../doctest_main.cpp)
-target_link_libraries(multiproc_peerdirect PRIVATE pdcoll::pdcoll doctest::doctest)
+pdcoll_multiproc_executable(multiproc_peerdirect peerdirect_collectives.cpp)
 
 set(PDCOLL_PEERDIRECT_RUNS
   "direct.shm|2|PDCOLL_TRANSPORT=libfabric,PDCOLL_PROVIDER=shm"

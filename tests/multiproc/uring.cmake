@@ -1,11 +1,7 @@
 # uring_tcp transport: multi-process tests. The ranks are forked by
 # tests/multiproc/fork_harness.hpp (the "store" case exchanges addresses
 # through the bootstrap rendezvous store); each ctest entry runs one case.
-add_executable(uring_multiproc
-  ${CMAKE_CURRENT_SOURCE_DIR}/multiproc/uring_transport.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctest_main.cpp)
-target_link_libraries(uring_multiproc PRIVATE pdcoll::pdcoll doctest::doctest)
-target_include_directories(uring_multiproc PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+pdcoll_multiproc_executable(uring_multiproc uring_transport.cpp)
 
 set(PDCOLL_URING_CASES
   "pingpong|ping-pong from 0 bytes to 64 MiB*|120"
