@@ -103,6 +103,39 @@ def test_a_failed_ranks_children_are_ended():
     check(child is not None and not alive, "a process the failed rank started is ended with the job", proc)
 
 
+def rank_pids(launcher_pid):
+    """The PIDs of the processes `launcher_pid` started (its ranks)."""
+    found = []
+    for task in os.listdir(f"/proc/{launcher_pid}/task"):
+        try:
+            with open(f"/proc/{launcher_pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def test_ranks_end_when_the_launcher_is_killed():
+    proc = subprocess.Popen([RUN, "-n", "3", "sh", "-c", "echo up; exec sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = 0
+    deadline = time.monotonic() + 10
+    while seen < 3 and time.monotonic() < deadline:
+        if proc.stdout.readline().strip().endswith(b"up"):
+            seen += 1
+    ranks = rank_pids(proc.pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while any(running(p) for p in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in ranks if running(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    check(seen == 3 and len(ranks) == 3 and not left,
+          f"SIGKILL to pdcoll-run ends its ranks ({len(ranks)} found, {len(left)} left running)")
+
+
 def test_a_closed_stdout_ends_the_job_as_sigpipe_would():
     # As in `yes | head -1`: the writer gets SIGPIPE once the reader is gone.
     start = time.monotonic()
