@@ -16,6 +16,13 @@ if(PDCOLL_BUILD_EXAMPLES)
   add_test(NAME examples.hello_allreduce.n3
            COMMAND ${PDCOLL_RUN} -n 3 --timeout 200 $<TARGET_FILE:hello_allreduce>)
   set_tests_properties(examples.hello_allreduce.n3 PROPERTIES LABELS "multiproc;examples" TIMEOUT 240)
+  # Groups: 2 replicas x 2 shards over libfabric (shm), 2 x 3 over io_uring.
+  add_test(NAME examples.hybrid_parallel.n4 COMMAND ${PDCOLL_RUN} -n 4 --timeout 120 $<TARGET_FILE:hybrid_parallel>)
+  add_test(NAME examples.hybrid_parallel.uring.n6
+           COMMAND ${PDCOLL_RUN} -n 6 --timeout 120 $<TARGET_FILE:hybrid_parallel> 3)
+  set_tests_properties(examples.hybrid_parallel.uring.n6 PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
+  set_tests_properties(examples.hybrid_parallel.n4 examples.hybrid_parallel.uring.n6
+                       PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
   # memory_domains on each transport: direct over libfabric, staged over io_uring.
   foreach(transport IN ITEMS shm tcp uring)
     add_test(NAME examples.memory_domains.${transport}
