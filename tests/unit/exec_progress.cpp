@@ -68,6 +68,31 @@ TEST_CASE("a driver that unregisters itself from inside drive does not deadlock"
   CHECK(ex::progress_drivers::size() == 0);
 }
 
+TEST_CASE("a driver that unregisters itself does not make the same round skip the next one") {
+  // An idle communicator leaves the registry from inside its drive(); the
+  // communicator registered after it moves into its slot. Before the fix
+  // that round skipped it, and its caller slept 1 ms with its work undone:
+  // about 1 ms per collective for a runtime alternating two communicators.
+  struct leaving final : ex::progress_driver {
+    bool drive(std::chrono::steady_clock::time_point) noexcept override {
+      ex::progress_drivers::unregister_driver(this);
+      return false;
+    }
+  };
+  struct counting final : ex::progress_driver {
+    int calls = 0;
+    bool drive(std::chrono::steady_clock::time_point) noexcept override { return ++calls, false; }
+  };
+  leaving first;
+  counting second, third;
+  ex::progress_drivers::register_driver(&first);
+  registration keep_second(&second), keep_third(&third);
+  ex::drive_progress_once(std::chrono::steady_clock::now());
+  CHECK(second.calls == 1);
+  CHECK(third.calls == 1);
+  CHECK(ex::progress_drivers::size() == 2);
+}
+
 TEST_CASE("registering a driver twice keeps one registration") {
   fake_network network;
   registration reg{&network};

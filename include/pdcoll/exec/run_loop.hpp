@@ -93,14 +93,15 @@ class progress_drivers {
     if (r.count.load(std::memory_order_acquire) == 0) return false;
     bool did_work = false;
     std::unique_lock lock(r.mutex);
-    // Index-based: the list may change while a driver runs unlocked. A
-    // concurrent change can make this round skip or repeat one driver; the
-    // next round corrects it.
-    for (std::size_t i = 0; i < r.drivers.size(); ++i) {
+    // Index-based: the list may change while a driver runs unlocked.
+    for (std::size_t i = 0; i < r.drivers.size();) {
       progress_driver* driver = r.drivers[i];
       bool busy = false;
       for (const call_record* c = r.calls; c != nullptr; c = c->next) busy |= (c->driver == driver);
-      if (busy) continue;
+      if (busy) {
+        ++i;
+        continue;
+      }
       call_record record{driver, std::this_thread::get_id(), r.calls, nullptr};
       if (r.calls != nullptr) r.calls->prev = &record;
       r.calls = &record;
@@ -111,6 +112,12 @@ class progress_drivers {
       else r.calls = record.next;
       if (record.next != nullptr) record.next->prev = record.prev;
       if (r.waiters != 0) r.call_finished.notify_all();
+      // Go on after the driver's place now: where it left (a communicator
+      // going idle unregisters itself from inside drive), the next driver
+      // has moved into its slot and must not be skipped; a round that skips
+      // one makes its caller sleep with that driver's work undone.
+      const auto at = std::find(r.drivers.begin(), r.drivers.end(), driver);
+      i = at != r.drivers.end() ? static_cast<std::size_t>(at - r.drivers.begin()) + 1 : i;
     }
     return did_work;
   }
