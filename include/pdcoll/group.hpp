@@ -28,7 +28,9 @@ namespace pdcoll {
 /// A sub-group of a job's ranks and its communicator. Move-only. Destroying
 /// it runs a barrier on its communicator first (unless it was aborted,
 /// bounded by its deadline), so no member tears its endpoint down while
-/// another still reads from it; every member must therefore destroy it.
+/// another still reads from it. Every member must therefore destroy it, and
+/// members must end their groups in the same order: a member ending group A
+/// while another waits in group B's final barrier waits out the deadline.
 class group {
  public:
   /// Takes a communicator over the members `job_ranks` (job ranks, indexed
@@ -36,20 +38,20 @@ class group {
   group(std::unique_ptr<communicator> comm, std::vector<int> job_ranks)
       : comm_(std::move(comm)), job_ranks_(std::move(job_ranks)) {}
 
+  /// Takes `other`'s communicator; `other` is left empty.
   group(group&&) noexcept = default;
-  group& operator=(group&&) = delete;
+  /// Ends this group as its destructor does, then takes `other`'s.
+  group& operator=(group&& other) noexcept {
+    if (this != &other) {
+      finish();
+      comm_ = std::move(other.comm_);
+      job_ranks_ = std::move(other.job_ranks_);
+    }
+    return *this;
+  }
 
   /// Final barrier on the group (unless aborted), then the communicator closes.
-  ~group() {
-    if (!comm_) return;
-    if (!comm_->aborted()) {
-      try {
-        exec::sync_wait(pdcoll::barrier(*comm_));
-      } catch (const std::exception& e) {
-        detail::log(detail::log_level::warn, comm_->rank(), std::string("group's final barrier failed: ") + e.what());
-      }
-    }
-  }
+  ~group() { finish(); }
 
   /// The group's communicator.
   communicator& comm() noexcept { return *comm_; }
@@ -61,6 +63,18 @@ class group {
   std::span<const int> job_ranks() const noexcept { return job_ranks_; }
 
  private:
+  void finish() noexcept {
+    if (!comm_) return;
+    if (!comm_->aborted()) {
+      try {
+        exec::sync_wait(pdcoll::barrier(*comm_));
+      } catch (const std::exception& e) {
+        detail::log(detail::log_level::warn, comm_->rank(), std::string("group's final barrier failed: ") + e.what());
+      }
+    }
+    comm_.reset();
+  }
+
   std::unique_ptr<communicator> comm_;
   std::vector<int> job_ranks_;
 };

@@ -138,45 +138,51 @@ class job {
   /// order, and not while another thread uses store().
   ///
   /// Cost: one all_gather through the store, then the group's endpoint set
-  /// up through it (bootstrap::group_exchange) over the job's transport and
-  /// options. Throws std::system_error: errc::invalid_argument for a color
-  /// below no_color (on the calling rank only; the others then time out),
-  /// errc::collective_mismatch when ranks mixed split and new_group, the
-  /// store's errors, or the transport's setup error.
+  /// up through it (bootstrap::group_rendezvous) over the job's transport
+  /// and options. Throws std::system_error on every rank, which all stay in
+  /// step for the next split: errc::invalid_argument when any rank passed a
+  /// color below no_color, errc::collective_mismatch when ranks mixed split
+  /// and new_group. Also the store's errors, and the transport's setup error
+  /// (on the members of the failing rank's group: errc::bootstrap naming it).
   std::optional<group> split(int color, int key) {
+    std::string refusal;
     if (color < bootstrap::no_color)
-      throw std::system_error(make_error_code(errc::invalid_argument),
-                              "split color " + std::to_string(color) + " is negative and not no_color (-1)");
-    return make_group({color, key, split_agreement});
+      refusal = "split color " + std::to_string(color) + " is negative and not no_color (-1)";
+    return make_group({refusal.empty() ? color : bootstrap::no_color, key, split_agreement, refusal.empty()}, refusal);
   }
   /// split(color, key) with the job rank as key: groups keep the job's order.
   std::optional<group> split(int color) { return split(color, rank()); }
 
-  /// A group of exactly `ranks` (job ranks, distinct, listed in the group's
-  /// rank order), as torch.distributed.new_group makes; ranks outside it get
-  /// nullopt. Every rank of the job must call it with the same list, in the
-  /// same order as its other splits and new_groups. Cost and errors as
-  /// split(); a list that differs between ranks fails on every rank with
-  /// errc::collective_mismatch, an invalid one (a rank out of range or
-  /// repeated) with errc::invalid_argument before anything is exchanged.
+  /// A group of exactly `ranks` (job ranks, distinct), numbered in the
+  /// list's order, as MPI_Group_incl and MPI_Comm_create number them
+  /// (torch.distributed.new_group sorts its list first: pass it sorted for
+  /// the same numbering). Ranks outside it get nullopt. Every rank of the
+  /// job must call it with the same list, in the same order as its other
+  /// splits and new_groups. Cost and errors as split(); a list that differs
+  /// between ranks fails on every rank with errc::collective_mismatch, and
+  /// an invalid one (a rank out of range or repeated) on any rank with
+  /// errc::invalid_argument.
   std::optional<group> new_group(std::span<const int> ranks) {
     std::vector<bool> seen(static_cast<std::size_t>(world_size()), false);
     std::uint64_t digest = 14695981039346656037ull;  // FNV-1a over the list
+    std::string refusal;
     int key = -1;
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
+    for (std::size_t i = 0; i < ranks.size() && refusal.empty(); ++i) {
       const int r = ranks[i];
-      if (r < 0 || r >= world_size() || seen[static_cast<std::size_t>(r)])
-        throw std::system_error(make_error_code(errc::invalid_argument),
-                                "new_group: rank " + std::to_string(r) +
-                                    (r < 0 || r >= world_size() ? " is outside the job of " + std::to_string(world_size())
-                                                                : std::string(" is listed twice")));
-      seen[static_cast<std::size_t>(r)] = true;
-      if (r == rank()) key = static_cast<int>(i);
-      digest = (digest ^ static_cast<std::uint32_t>(r)) * 1099511628211ull;
+      if (r < 0 || r >= world_size()) {
+        refusal = "new_group: rank " + std::to_string(r) + " is outside the job of " + std::to_string(world_size());
+      } else if (seen[static_cast<std::size_t>(r)]) {
+        refusal = "new_group: rank " + std::to_string(r) + " is listed twice";
+      } else {
+        seen[static_cast<std::size_t>(r)] = true;
+        if (r == rank()) key = static_cast<int>(i);
+        digest = (digest ^ static_cast<std::uint32_t>(r)) * 1099511628211ull;
+      }
     }
     digest = (digest ^ ranks.size()) * 1099511628211ull;
     if (digest == split_agreement) ++digest;
-    return make_group({key < 0 ? bootstrap::no_color : 0, key, digest});
+    const bool member = key >= 0 && refusal.empty();
+    return make_group({member ? 0 : bootstrap::no_color, key, digest, refusal.empty()}, refusal);
   }
   /// new_group over a braced list: `job.new_group({0, 2})`.
   std::optional<group> new_group(std::initializer_list<int> ranks) {
@@ -209,29 +215,46 @@ class job {
                             "PDCOLL_TRANSPORT=" + options_.transport + " is not one of libfabric, uring");
   }
 
-  /// Gathers every rank's request and builds this rank's group, if it has one.
-  std::optional<group> make_group(const bootstrap::split_request& mine) {
+  /// The store's keys of split `number`'s groups.
+  static std::string split_prefix(int number) { return "pdcoll/split/" + std::to_string(number) + "/"; }
+
+  /// Gathers every rank's request and builds this rank's group, if it has
+  /// one; `refusal` says why this rank's own request is invalid.
+  std::optional<group> make_group(const bootstrap::split_request& mine, const std::string& refusal) {
     const int number = splits_++;
     const auto gathered = store_->all_gather(bootstrap::encode(mine));
+    // Every rank is past split number - 1, so its groups' keys are read:
+    // free them (the store keeps keys until erased).
+    if (rank() == 0 && number > 0) store_->erase_prefix(split_prefix(number - 1));
     std::vector<bootstrap::split_request> requests;
     requests.reserve(gathered.size());
     for (const auto& text : gathered) requests.push_back(bootstrap::decode_split_request(text));
+    auto fail = [&](errc code, const std::string& why) {
+      throw std::system_error(make_error_code(code), "split #" + std::to_string(number) + ": " + why);
+    };
+    if (!mine.valid) fail(errc::invalid_argument, refusal);
+    for (std::size_t r = 0; r < requests.size(); ++r)
+      if (!requests[r].valid) fail(errc::invalid_argument, "rank " + std::to_string(r) + "'s arguments were refused");
     for (const auto& r : requests)
       if (r.agreement != mine.agreement)
-        throw std::system_error(make_error_code(errc::collective_mismatch),
-                                "split #" + std::to_string(number) +
-                                    ": ranks called different splits (split and new_group, or new_group with "
-                                    "different rank lists)");
+        fail(errc::collective_mismatch,
+             "ranks called different splits (split and new_group, or new_group with different rank lists)");
     std::vector<int> members = bootstrap::split_members(requests, rank());
     if (members.empty()) return std::nullopt;
+    const int size = static_cast<int>(members.size());
     const int index = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
-    const std::string name = "pdcoll/split/" + std::to_string(number) + "/" + std::to_string(mine.color);
-    auto ep = make_endpoint(index, static_cast<int>(members.size()),
-                            bootstrap::group_exchange(*store_, name, static_cast<int>(members.size()), index),
-                            token_ + "/" + name);
+    const std::string name = split_prefix(number) + std::to_string(mine.color);
+    bootstrap::group_rendezvous rendezvous(*store_, name, size, index);
+    std::unique_ptr<transport::endpoint> ep;
+    try {
+      ep = make_endpoint(index, size, rendezvous.exchange(), token_ + "/" + name);
+    } catch (const std::exception& e) {
+      rendezvous.fail(e.what());
+      throw;
+    }
     detail::log(detail::log_level::info, rank(),
                 "split #" + std::to_string(number) + ": rank " + std::to_string(index) + " of a " +
-                    std::to_string(members.size()) + "-rank group (color " + std::to_string(mine.color) + ") over " +
+                    std::to_string(size) + "-rank group (color " + std::to_string(mine.color) + ") over " +
                     ep->name());
     return group(std::make_unique<communicator>(std::move(ep), options_.communicator), std::move(members));
   }

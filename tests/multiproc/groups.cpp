@@ -147,8 +147,9 @@ TEST_CASE("a group and the job run collectives at once") {
 TEST_CASE("groups made and dropped one after another") {
   auto& j = the_job();
   const int me = j.rank();
+  std::optional<group> g;  // each assignment ends the previous group (its final barrier) first
   for (int round = 0; round < 4; ++round) {
-    auto g = j.split(me % (round + 1));
+    g = j.split(me % (round + 1));
     REQUIRE(g.has_value());
     std::vector<std::int32_t> one{1};
     ex::sync_wait(all_reduce(g->comm(), std::span<std::int32_t>(one), op::sum));
@@ -167,10 +168,15 @@ TEST_CASE("bad splits fail on every rank and leave the job usable") {
     }
     return std::error_code{};
   };
-  // Refused before anything is exchanged.
+  // Refused on every rank, whether every rank or only one passed bad arguments.
   CHECK(code_of([&] { (void)j.split(-2); }) == errc::invalid_argument);
   CHECK(code_of([&] { (void)j.new_group({0, 0}); }) == errc::invalid_argument);
   CHECK(code_of([&] { (void)j.new_group({P}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)j.split(me == P - 1 ? -2 : 0); }) == errc::invalid_argument);
+  CHECK(code_of([&] {
+          if (me == P - 1) (void)j.new_group({0, 0});
+          else (void)j.new_group({0});
+        }) == errc::invalid_argument);
   if (P > 1) {
     // Lists that differ between ranks, and split against new_group: every rank hears of it.
     CHECK(code_of([&] { (void)j.new_group({me}); }) == errc::collective_mismatch);

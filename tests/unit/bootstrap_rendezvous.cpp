@@ -108,7 +108,7 @@ TEST_CASE("every message type survives an encode/decode round trip") {
                                     keyed(message_type::wait, "k"), collect(3, collect_kind::barrier),
                                     make(message_type::welcome), error, make(message_type::ok),
                                     keyed(message_type::value, "k", "v"), keyed(message_type::ready, "k"), part,
-                                    status};
+                                    status, keyed(message_type::erase, "k/")};
   std::string stream;
   for (const auto& m : all) encode(m, stream);
   frame_reader reader;
@@ -253,6 +253,24 @@ TEST_CASE("get and wait are answered when the key is set, at once when it alread
   r2.send(keyed(message_type::get, "addr"));
   CHECK(r2.expect(message_type::value).value == "tcp://x");
   CHECK(state.store_bytes() == std::string("addr").size() + std::string("tcp://x").size());
+}
+
+TEST_CASE("erase removes exactly the keys under a prefix and frees their bytes") {
+  rendezvous_state state{1, ""};
+  client r0 = welcomed(state, 0, "", 1);
+  for (const char* key : {"split/1/0", "split/1/1", "split/10/0", "split/0", "split0"}) {
+    r0.send(keyed(message_type::set, key, "vv"));
+    r0.expect(message_type::ok);
+  }
+  r0.send(keyed(message_type::erase, "split/1/"));
+  r0.expect(message_type::ok);
+  CHECK(state.store_bytes() == std::string("split/10/0split/0split0").size() + 3 * 2);
+  r0.send(keyed(message_type::get, "split/10/0"));
+  CHECK(r0.expect(message_type::value).value == "vv");
+  r0.send(keyed(message_type::get, "split/1/0"));  // gone: waits until set again
+  CHECK(r0.received().empty());
+  r0.send(keyed(message_type::set, "x", "y"));
+  CHECK(r0.expect(message_type::error).text == "a request arrived while another was pending");
 }
 
 TEST_CASE("a second request while one is pending is a protocol error") {

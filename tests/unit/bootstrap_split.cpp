@@ -32,6 +32,7 @@ launch_info rank_of(int rank, int world_size, std::uint16_t port) {
 TEST_CASE("a split orders each color by key, ties by job rank, and leaves no_color out") {
   //                                   rank: 0         1        2        3         4        5
   const std::vector<split_request> requests{{1, 5}, {0, 9}, {1, 5}, {0, -3}, {no_color, 0}, {1, 2}};
+  static_assert(split_request{}.valid, "a request is valid unless refused");
   CHECK(split_members(requests, 0) == std::vector<int>{5, 0, 2});
   CHECK(split_members(requests, 2) == std::vector<int>{5, 0, 2});
   CHECK(split_members(requests, 1) == std::vector<int>{3, 1});
@@ -39,12 +40,14 @@ TEST_CASE("a split orders each color by key, ties by job rank, and leaves no_col
 }
 
 TEST_CASE("a split request survives its wire form, and anything else is refused") {
-  const split_request r{7, -12, 18446744073709551615ull};
-  const auto back = decode_split_request(encode(r));
-  CHECK(back.color == 7);
-  CHECK(back.key == -12);
-  CHECK(back.agreement == r.agreement);
-  for (const char* bad : {"", "1", "1 2", "1 2 3 ", "1  2 3", "x 2 3", "1 2 3 4", "99999999999 0 0"}) {
+  for (const split_request r : {split_request{7, -12, 18446744073709551615ull, true}, split_request{no_color, 3, 9, false}}) {
+    const auto back = decode_split_request(encode(r));
+    CHECK(back.color == r.color);
+    CHECK(back.key == r.key);
+    CHECK(back.agreement == r.agreement);
+    CHECK(back.valid == r.valid);
+  }
+  for (const char* bad : {"", "1", "1 1 2", "1 1 2 3 ", "1 1  2 3", "1 x 2 3", "1 1 2 3 4", "2 1 2 3", "1 99999999999 0 0"}) {
     CAPTURE(bad);
     try {
       (void)decode_split_request(bad);
@@ -63,7 +66,8 @@ TEST_CASE("groups exchange through the store independently, whatever their numbe
   auto root = store::connect(rank_of(0, 3, 0), 5s, options);
   const std::uint16_t port = root.root_port();
   auto rounds = [](store& s, std::string prefix, int members, int index, int count) {
-    auto exchange = group_exchange(s, std::move(prefix), members, index);
+    group_rendezvous rendezvous(s, std::move(prefix), members, index);
+    auto exchange = rendezvous.exchange();
     std::vector<std::vector<std::string>> seen;
     for (int round = 0; round < count; ++round)
       seen.push_back(exchange("r" + std::to_string(round) + "i" + std::to_string(index)));
@@ -90,4 +94,55 @@ TEST_CASE("groups exchange through the store independently, whatever their numbe
     CHECK(seen_by_two[static_cast<std::size_t>(round)] == expected);
   }
   CHECK(seen_by_one == std::vector<std::vector<std::string>>{{"r0i0"}});
+}
+
+TEST_CASE("a member whose setup fails tells the others at once, and the store stays usable") {
+  // Job ranks 0, 1 and 2 form one group. Round 0 goes through; then rank 2
+  // fails before its second round. Ranks 0 and 1 must hear why at once, not
+  // after the store's deadline (which would break the store for good), and
+  // every rank must still pass a barrier and have the keys erased.
+  store_options options;
+  options.server.flush_timeout = 500ms;
+  const auto deadline = 20s;  // far above what the test may take
+  auto root = store::connect(rank_of(0, 3, 0), deadline, options);
+  const std::uint16_t port = root.root_port();
+  auto member = [&](store& s, int index) -> std::string {
+    group_rendezvous rendezvous(s, "split/4/0", 3, index);
+    auto exchange = rendezvous.exchange();
+    std::string outcome;
+    try {
+      (void)exchange("first");
+      if (index == 2) {
+        rendezvous.fail("cannot bind: Address already in use");
+        outcome = "failed";
+      } else {
+        (void)exchange("second");
+        outcome = "completed";
+      }
+    } catch (const std::system_error& e) {
+      outcome = std::string(e.code() == pdcoll::errc::bootstrap ? "bootstrap: " : "other: ") + e.what();
+    }
+    s.barrier();
+    return outcome;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto one = std::async(std::launch::async, [&] {
+    auto s = store::connect(rank_of(1, 3, port), deadline, options);
+    return member(s, 1);
+  });
+  auto two = std::async(std::launch::async, [&] {
+    auto s = store::connect(rank_of(2, 3, port), deadline, options);
+    return member(s, 2);
+  });
+  const std::string zero = member(root, 0);
+  REQUIRE(one.wait_for(10s) == std::future_status::ready);
+  REQUIRE(two.wait_for(10s) == std::future_status::ready);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  const std::string expected = "bootstrap: group member 2 failed to set up: cannot bind: Address already in use";
+  CHECK(zero.substr(0, expected.size()) == expected);
+  CHECK(one.get().substr(0, expected.size()) == expected);
+  CHECK(two.get() == "failed");
+  root.erase_prefix("split/4/");
+  root.set("after", "x");
+  CHECK(root.get("after") == "x");
 }

@@ -320,6 +320,7 @@ class rendezvous_state {
       case message_type::get:
       case message_type::wait: lookup(c, m.type, m.key); break;
       case message_type::collect: collect(c, m, now); break;
+      case message_type::erase: erase_prefix(c, m.key); break;
       default: break;
     }
   }
@@ -383,6 +384,17 @@ class rendezvous_state {
       answer(w->second, key, value);
     }
     waiters_.erase(waiters);
+  }
+
+  /// Removes every key that starts with `prefix` (ranks waiting for one of
+  /// them go on waiting for it to be set again).
+  void erase_prefix(connection& c, const std::string& prefix) {
+    auto it = store_.lower_bound(prefix);
+    while (it != store_.end() && std::string_view(it->first).substr(0, prefix.size()) == prefix) {
+      store_bytes_ -= it->first.size() + it->second.size();
+      it = store_.erase(it);
+    }
+    reply(c, message_type::ok);
   }
 
   void answer(connection& c, const std::string& key, const std::string& value) {

@@ -166,6 +166,17 @@ class store {
     return request(m, message_type::value, timeout, "get('" + std::string(key) + "')").value;
   }
 
+  /// Removes every key that starts with `prefix` and returns once they are
+  /// gone (a rank waiting for one waits on until it is set again). One round
+  /// trip. Errors: errc::invalid_argument (an empty or overlong prefix).
+  void erase_prefix(std::string_view prefix) {
+    check_key(prefix);
+    message m;
+    m.type = message_type::erase;
+    m.key = prefix;
+    request(m, message_type::ok, s_->timeout, "erase_prefix('" + std::string(prefix) + "')");
+  }
+
   /// Returns once every key in `keys` is set. One round trip per key.
   void wait(std::initializer_list<std::string_view> keys) { wait(keys, s_->timeout); }
   /// wait() with its own deadline.

@@ -39,6 +39,7 @@ enum class message_type : std::uint8_t {
   wait = 4,          ///< key → ready, once the key is set
   collect = 5,       ///< round, kind, value → part × world_size (gather) or done (barrier)
   status = 6,        ///< round → status_reply: who has not arrived in that round
+  erase = 7,         ///< key prefix → ok, once every key that starts with it is removed
   welcome = 64,      ///< HELLO accepted
   error = 65,        ///< code (pdcoll::errc), text; the server closes fatal ones' connection
   ok = 66,           ///< SET stored
@@ -148,6 +149,7 @@ inline void encode(const message& m, std::string& out) {
     case message_type::set: put_short(out, m.key); put_long(out, m.value); break;
     case message_type::get:
     case message_type::wait:
+    case message_type::erase:
     case message_type::ready: put_short(out, m.key); break;
     case message_type::collect: put_u32(out, m.round); put_u8(out, static_cast<std::uint8_t>(m.kind)); put_long(out, m.value); break;
     case message_type::status:
@@ -192,6 +194,7 @@ inline bool decode_body(std::string_view body, const limits& lim, message& m, st
     case message_type::value: ok = r.get_short(m.key, lim.max_key) && r.get_long(m.value, lim.max_value); break;
     case message_type::get:
     case message_type::wait:
+    case message_type::erase:
     case message_type::ready: ok = r.get_short(m.key, lim.max_key); break;
     case message_type::collect:
       ok = r.get_u32(m.round) && r.get_u8(small) && small <= 1 && r.get_long(m.value, lim.max_value);
