@@ -185,7 +185,9 @@ inline void remove_stale_shm_regions(pid_t pid) noexcept {
   static std::unordered_set<std::string> created;  // regions this process made (name prefix reuse)
   static std::mutex mutex;
   std::lock_guard lock(mutex);
-  for (int ep = 0; ep < 64; ++ep) {
+  // Ends at the first name this process has not made: one per endpoint
+  // opened so far, however many groups made them.
+  for (int ep = 0;; ++ep) {
     const std::string name =
         "/dev/shm/" + std::to_string(pid) + ":" + std::to_string(::getuid()) + ":" + std::to_string(ep);
     if (created.count(name)) continue;
