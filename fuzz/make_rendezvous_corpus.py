@@ -10,7 +10,7 @@ import os
 import struct
 import sys
 
-HELLO, SET, GET, WAIT, COLLECT, STATUS = 1, 2, 3, 4, 5, 6
+HELLO, SET, GET, WAIT, COLLECT, STATUS, ERASE = 1, 2, 3, 4, 5, 6, 7
 
 
 def frame(body: bytes) -> bytes:
@@ -39,6 +39,10 @@ def get(key):
 
 def wait(key):
     return frame(bytes([WAIT]) + short(key))
+
+
+def erase(prefix):
+    return frame(bytes([ERASE]) + short(prefix))
 
 
 def collect(rnd, kind, value=b""):
@@ -72,6 +76,9 @@ SEEDS = {
                              bytes([DRAIN_ALL])),
     "set_get_wait": script(three_ranks(), feed(1, get(b"k")), feed(2, wait(b"k")),
                            feed(0, set_(b"k", b"value")), bytes([DRAIN_ALL])),
+    "erase_prefix": script(three_ranks(), feed(0, set_(b"split/0/0/0/0", b"v1")), feed(1, set_(b"split/0/0/0/1", b"v2")),
+                           feed(2, set_(b"split/10/0", b"v3")), bytes([DRAIN_ALL]), feed(0, erase(b"split/0/")),
+                           feed(1, get(b"split/0/0/0/0")), feed(2, get(b"split/10/0")), bytes([DRAIN_ALL])),
     "status_while_waiting": script(three_ranks(), feed(0, collect(0, 0, b"x")), feed(0, status(0)),
                                    bytes([TICK, 40, DRAIN_ALL])),
     "rank_leaves": script(three_ranks(), feed(0, collect(0, 1)), bytes([CLOSE, 2, DRAIN_ALL])),

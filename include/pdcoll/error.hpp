@@ -67,8 +67,11 @@ class error_category_impl final : public std::error_category {
 
 /// The one instance of pdcoll's error category.
 inline const std::error_category& error_category() noexcept {
-  static const error_category_impl instance;
-  return instance;
+  // Never destroyed: a job or communicator with static storage duration,
+  // made before the category's first use, reports errors from its
+  // destructor after a function-local static category would be gone.
+  static const error_category_impl* const instance = new error_category_impl;
+  return *instance;
 }
 
 /// Makes `std::error_code{e}` work through ADL.

@@ -139,11 +139,15 @@ class job {
   ///
   /// Cost: one all_gather through the store, then the group's endpoint set
   /// up through it (bootstrap::group_rendezvous) over the job's transport
-  /// and options. Throws std::system_error on every rank, which all stay in
-  /// step for the next split: errc::invalid_argument when any rank passed a
-  /// color below no_color, errc::collective_mismatch when ranks mixed split
-  /// and new_group. Also the store's errors, and the transport's setup error
-  /// (on the members of the failing rank's group: errc::bootstrap naming it).
+  /// and options. Every member gets the group, or every member throws.
+  /// Throws std::system_error on every rank, which all stay in step for the
+  /// next split: errc::invalid_argument when any rank passed a color below
+  /// no_color, errc::collective_mismatch when ranks mixed split and
+  /// new_group. Also the store's errors, and a member's transport or
+  /// communicator setup error (the failing member's own; on the other
+  /// members of its group errc::bootstrap naming it, or the transport's
+  /// error if they were waiting on it there). The all_gather waits twice
+  /// the job's deadline, for ranks still failing an earlier split's setup.
   std::optional<group> split(int color, int key) {
     std::string refusal;
     if (color < bootstrap::no_color)
@@ -222,7 +226,11 @@ class job {
   /// one; `refusal` says why this rank's own request is invalid.
   std::optional<group> make_group(const bootstrap::split_request& mine, const std::string& refusal) {
     const int number = splits_++;
-    const auto gathered = store_->all_gather(bootstrap::encode(mine));
+    // A member of a group whose setup failed inside the transport (a connect
+    // to a member that is gone) arrives up to one transport deadline late;
+    // a store collective that times out breaks the store for good, so wait
+    // for it: the store's deadline plus the transport's (both timeout_).
+    const auto gathered = store_->all_gather(bootstrap::encode(mine), 2 * timeout_);
     // Every rank is past split number - 1, so its groups' keys are read:
     // free them (the store keeps keys until erased).
     if (rank() == 0 && number > 0) store_->erase_prefix(split_prefix(number - 1));
@@ -245,18 +253,20 @@ class job {
     const int index = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
     const std::string name = split_prefix(number) + std::to_string(mine.color);
     bootstrap::group_rendezvous rendezvous(*store_, name, size, index);
-    std::unique_ptr<transport::endpoint> ep;
+    std::unique_ptr<communicator> comm;
     try {
-      ep = make_endpoint(index, size, rendezvous.exchange(), token_ + "/" + name);
+      auto ep = make_endpoint(index, size, rendezvous.exchange(), token_ + "/" + name);
+      detail::log(detail::log_level::info, rank(),
+                  "split #" + std::to_string(number) + ": rank " + std::to_string(index) + " of a " +
+                      std::to_string(size) + "-rank group (color " + std::to_string(mine.color) + ") over " +
+                      ep->name());
+      comm = std::make_unique<communicator>(std::move(ep), options_.communicator);
     } catch (const std::exception& e) {
       rendezvous.fail(e.what());
       throw;
     }
-    detail::log(detail::log_level::info, rank(),
-                "split #" + std::to_string(number) + ": rank " + std::to_string(index) + " of a " +
-                    std::to_string(size) + "-rank group (color " + std::to_string(mine.color) + ") over " +
-                    ep->name());
-    return group(std::make_unique<communicator>(std::move(ep), options_.communicator), std::move(members));
+    rendezvous.conclude();  // every member keeps the group, or none does
+    return group(std::move(comm), std::move(members));
   }
 
   std::unique_ptr<bootstrap::store> store_;

@@ -16,3 +16,4 @@ foreach(entry IN LISTS PDCOLL_GROUPS_RUNS)
       ENVIRONMENT "${run_environment}" LABELS "multiproc;groups" TIMEOUT 300)
   endforeach()
 endforeach()
+

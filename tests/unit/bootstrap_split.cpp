@@ -117,6 +117,7 @@ TEST_CASE("a member whose setup fails tells the others at once, and the store st
         outcome = "failed";
       } else {
         (void)exchange("second");
+        rendezvous.conclude();
         outcome = "completed";
       }
     } catch (const std::system_error& e) {
@@ -145,4 +146,32 @@ TEST_CASE("a member whose setup fails tells the others at once, and the store st
   root.erase_prefix("split/4/");
   root.set("after", "x");
   CHECK(root.get("after") == "x");
+}
+
+TEST_CASE("a member failing after the last exchange round fails the closing round of the others") {
+  store_options options;
+  options.server.flush_timeout = 500ms;
+  const auto deadline = 20s;
+  auto root = store::connect(rank_of(0, 2, 0), deadline, options);
+  const std::uint16_t port = root.root_port();
+  auto one = std::async(std::launch::async, [&] {
+    auto s = store::connect(rank_of(1, 2, port), deadline, options);
+    group_rendezvous rendezvous(s, "split/5/0", 2, 1);
+    (void)rendezvous.exchange()("address");
+    rendezvous.fail("communicator: out of memory");  // after its endpoint was set up
+    s.barrier();
+  });
+  group_rendezvous rendezvous(root, "split/5/0", 2, 0);
+  CHECK(rendezvous.exchange()("address") == std::vector<std::string>{"address", "address"});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    rendezvous.conclude();
+    FAIL("the closing round passed");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == pdcoll::errc::bootstrap);
+    CHECK(std::string(e.what()).find("member 1 failed to set up: communicator: out of memory") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  root.barrier();
+  REQUIRE(one.wait_for(10s) == std::future_status::ready);
 }

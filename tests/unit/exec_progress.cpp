@@ -33,6 +33,12 @@ struct fake_network final : ex::progress_driver {
   }
 };
 
+/// A driver that counts its calls and never has work.
+struct counting final : ex::progress_driver {
+  int calls = 0;
+  bool drive(std::chrono::steady_clock::time_point) noexcept override { return ++calls, false; }
+};
+
 /// Unregisters a driver at scope exit, so a failing check cannot leave a
 /// dangling driver in the process-wide registry.
 struct registration {
@@ -79,10 +85,6 @@ TEST_CASE("a driver that unregisters itself does not make the same round skip th
       return false;
     }
   };
-  struct counting final : ex::progress_driver {
-    int calls = 0;
-    bool drive(std::chrono::steady_clock::time_point) noexcept override { return ++calls, false; }
-  };
   leaving first;
   counting second, third;
   ex::progress_drivers::register_driver(&first);
@@ -91,6 +93,49 @@ TEST_CASE("a driver that unregisters itself does not make the same round skip th
   CHECK(second.calls == 1);
   CHECK(third.calls == 1);
   CHECK(ex::progress_drivers::size() == 2);
+}
+
+TEST_CASE("a driver that leaves and joins again does not make the round skip the drivers after it") {
+  struct rejoining final : ex::progress_driver {
+    int calls = 0;
+    bool drive(std::chrono::steady_clock::time_point) noexcept override {
+      ++calls;
+      ex::progress_drivers::unregister_driver(this);
+      ex::progress_drivers::register_driver(this);
+      return false;
+    }
+  };
+  rejoining first;
+  counting second, third;
+  registration keep_first(&first), keep_second(&second), keep_third(&third);
+  ex::drive_progress_once(std::chrono::steady_clock::now());
+  CHECK(first.calls == 1);
+  CHECK(second.calls == 1);
+  CHECK(third.calls == 1);
+}
+
+TEST_CASE("drivers that hand over to one another end the round") {
+  // Each leaves and registers the other: a round that followed the list
+  // would never end.
+  struct handing final : ex::progress_driver {
+    handing* other = nullptr;
+    int calls = 0;
+    bool drive(std::chrono::steady_clock::time_point) noexcept override {
+      if (++calls > 100) return false;  // a bound for the broken case, so the test fails instead of hanging
+      ex::progress_drivers::unregister_driver(this);
+      ex::progress_drivers::register_driver(other);
+      return false;
+    }
+  };
+  handing a, b;
+  a.other = &b;
+  b.other = &a;
+  ex::progress_drivers::register_driver(&a);
+  ex::drive_progress_once(std::chrono::steady_clock::now());
+  CHECK(a.calls + b.calls == 1);
+  ex::progress_drivers::unregister_driver(&a);
+  ex::progress_drivers::unregister_driver(&b);
+  CHECK(ex::progress_drivers::size() == 0);
 }
 
 TEST_CASE("registering a driver twice keeps one registration") {

@@ -95,7 +95,9 @@ inline std::vector<int> split_members(std::span<const split_request> requests, i
 ///
 /// A member whose setup fails calls fail(): the members waiting for its next
 /// round get its reason at once (errc::bootstrap) instead of waiting out the
-/// store's deadline, which would leave the job's store broken for good.
+/// store's deadline, which would leave the job's store broken for good. The
+/// members that succeed call conclude(), a last round in which a failure
+/// after the exchanges (a connect, the communicator) reaches them too.
 /// The store must outlive this object, which must outlive the exchange, and
 /// not be used meanwhile by another thread.
 class group_rendezvous {
@@ -109,8 +111,15 @@ class group_rendezvous {
     return [this](std::string_view mine) { return round(mine); };
   }
 
+  /// The closing round, once this rank's endpoint and communicator are
+  /// built: returns when every member's are, and throws errc::bootstrap
+  /// naming a member that failed instead, so either every member keeps the
+  /// group or none does.
+  void conclude() { (void)round({}); }
+
   /// Tells the members this rank fails with `why`: sets its next round's key
-  /// to a failure notice. Never throws (the store may be what failed).
+  /// (an exchange round, or the closing one) to a failure notice. Never
+  /// throws (the store may be what failed).
   void fail(std::string_view why) noexcept {
     try {
       store_.set(key(next_round_, index_), std::string(1, failed_tag) + std::string(why));
@@ -130,8 +139,9 @@ class group_rendezvous {
   static constexpr char failed_tag = 'x';
 
   std::vector<std::string> round(std::string_view mine) {
-    const std::uint32_t r = next_round_++;
+    const std::uint32_t r = next_round_;
     store_.set(key(r, index_), std::string(1, value_tag) + std::string(mine));
+    ++next_round_;  // only once set: a failure notice goes where the members wait
     std::vector<std::string> all(static_cast<std::size_t>(members_));
     for (int m = 0; m < members_; ++m) {
       if (m == index_) {

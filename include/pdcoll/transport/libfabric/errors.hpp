@@ -58,8 +58,11 @@ class fabric_category_impl final : public std::error_category {
 
 /// The one instance of the libfabric category.
 inline const fabric_category_impl& fabric_category() noexcept {
-  static const fabric_category_impl instance;
-  return instance;
+  // Never destroyed: a job or communicator with static storage duration,
+  // made before the category's first use, reports errors from its
+  // destructor after a function-local static category would be gone.
+  static const fabric_category_impl* const instance = new fabric_category_impl;
+  return *instance;
 }
 
 /// Turns a libfabric return value or fi_errno (either sign) into the
