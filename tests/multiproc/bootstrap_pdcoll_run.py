@@ -9,6 +9,7 @@ broken launcher fails the test instead of hanging it.
 """
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -86,6 +87,14 @@ def running(pid):
         return False
 
 
+def test_a_failure_during_the_starts_is_still_ranked_by_time():
+    # Rank 1 fails at once, rank 0 a little later (while the other ranks are
+    # still being started): rank 1 failed first.
+    proc, _ = run(["-n", "24", "--grace", "0", "--bind-to", "none", "sh", "-c",
+                   'case $PDCOLL_RANK in 0) sleep 0.1; exit 1;; 1) exit 7;; *) exec sleep 3;; esac'])
+    check(proc.returncode == 7, f"a rank failing while later ranks start is still first (exit {proc.returncode})", proc)
+
+
 def test_a_failed_ranks_children_are_ended():
     pid_file = f"/tmp/pdcoll-run-child-{os.getpid()}"
     proc, _ = run(["-n", "2", "--grace", "0.5", "sh", "-c",
@@ -118,11 +127,7 @@ def rank_pids(launcher_pid):
 def test_ranks_end_when_the_launcher_is_killed():
     proc = subprocess.Popen([RUN, "-n", "3", "sh", "-c", "echo up; exec sleep 60"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen = 0
-    deadline = time.monotonic() + 10
-    while seen < 3 and time.monotonic() < deadline:
-        if proc.stdout.readline().strip().endswith(b"up"):
-            seen += 1
+    seen = count_up(proc, 3)
     ranks = rank_pids(proc.pid)
     proc.kill()
     proc.wait()
@@ -182,16 +187,30 @@ def test_output_is_prefixed_whole_lines():
     check(len(err) == 3 * 200 and good_err, "stderr lines are whole, prefixed, and stay on stderr", proc)
 
 
+def count_up(proc, wanted, seconds=10):
+    """Reads proc's stdout until `wanted` lines end in "up" or `seconds`
+    pass (never blocking past them); returns how many did."""
+    seen, pending = 0, b""
+    deadline = time.monotonic() + seconds
+    while seen < wanted and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(proc.stdout.fileno(), 4096)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        seen += sum(line.strip().endswith(b"up") for line in lines)
+    return seen
+
+
 def signal_job(trap, signum):
     """Runs 2 ranks that set `trap` and loop, sends pdcoll-run `signum` once
     both run, and returns (ranks seen running, pdcoll-run's exit status)."""
     proc = subprocess.Popen([RUN, "-n", "2", "sh", "-c", trap + '; echo up; while :; do sleep 0.05; done'],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen = 0
-    deadline = time.monotonic() + 10
-    while seen < 2 and time.monotonic() < deadline:  # wait until both ranks run their trap
-        if proc.stdout.readline().strip().endswith(b"up"):
-            seen += 1
+    seen = count_up(proc, 2)  # wait until both ranks run their trap
     proc.send_signal(signum)
     try:
         code = proc.wait(timeout=10)
