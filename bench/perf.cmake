@@ -11,3 +11,7 @@ if(CLI11_FOUND)
   add_executable(yield_handoff ${CMAKE_CURRENT_LIST_DIR}/yield_handoff.cpp)
   target_link_libraries(yield_handoff PRIVATE CLI11::CLI11)
 endif()
+
+# The time job::split takes to make two groups (bench/group_setup.cpp).
+add_executable(group_setup ${CMAKE_CURRENT_LIST_DIR}/group_setup.cpp)
+target_link_libraries(group_setup PRIVATE pdcoll::pdcoll)
