@@ -27,10 +27,14 @@
 #include <pdcoll/reduce/kernels.hpp>
 #include <pdcoll/reduce/ops.hpp>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <ranges>
 #include <span>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace pdcoll {
 
@@ -190,13 +194,13 @@ inline bool overlap(const user_buffer& a, const user_buffer& b) noexcept {
   return a0 < b0 + b.region.length && b0 < a0 + a.region.length;
 }
 
-// Whether in and out overlap other than as `form` allows, for blocks of `block_bytes` on rank `rank`.
-inline bool overlaps_wrongly(const user_buffer& in, const user_buffer& out, in_place_form form, int rank,
-                             std::size_t block_bytes) noexcept {
+// Whether in and out overlap other than as `form` allows, where this rank's
+// block starts `at` bytes into the buffer that holds every block.
+inline bool overlaps_wrongly(const user_buffer& in, const user_buffer& out, in_place_form form,
+                             std::size_t at) noexcept {
   if (!overlap(in, out)) return false;
   const auto i0 = reinterpret_cast<std::uintptr_t>(in.region.address);
   const auto o0 = reinterpret_cast<std::uintptr_t>(out.region.address);
-  const std::size_t at = static_cast<std::size_t>(rank) * block_bytes;
   switch (form) {
     case in_place_form::same_buffer: return i0 != o0;
     case in_place_form::input_in_output: return i0 != o0 + at;
@@ -229,12 +233,120 @@ collective_spec make_spec(const communicator& comm, collective_kind kind, const 
   // The engine moves exactly what the collective needs, so only that can overlap.
   s.input.region.length = in_elems * sizeof(T);
   s.output.region.length = out_elems * sizeof(T);
-  if (!s.invalid && overlaps_wrongly(s.input, s.output, in_place, comm.rank(), count * sizeof(T)))
+  if (!s.invalid &&
+      overlaps_wrongly(s.input, s.output, in_place, static_cast<std::size_t>(comm.rank()) * count * sizeof(T)))
     s.invalid = make_error_code(errc::overlapping_buffers);
   return s;
 }
 
 inline bool root_ok(const communicator& comm, int root) noexcept { return root >= 0 && root < comm.world_size(); }
+
+/// The v forms' blocks, checked: `input_elems` and `output_elems` are the
+/// extents the blocks reach (elements).
+struct variable_extents {
+  std::size_t input_elems = 0;
+  std::size_t output_elems = 0;
+  std::error_code invalid;
+};
+
+/// Checks the four arrays of a v form of P ranks over elements of
+/// `element_size` bytes: each has P entries (invalid_argument); every
+/// block's end fits a size_t in bytes (count_overflow); the block to itself
+/// is as long as the block from itself (invalid_argument); receive blocks do
+/// not overlap each other (overlapping_buffers).
+inline variable_extents check_variable_blocks(std::size_t P, std::size_t rank, std::size_t element_size,
+                                              std::span<const std::size_t> send_counts,
+                                              std::span<const std::size_t> send_displs,
+                                              std::span<const std::size_t> recv_counts,
+                                              std::span<const std::size_t> recv_displs) {
+  variable_extents e;
+  if (send_counts.size() != P || send_displs.size() != P || recv_counts.size() != P || recv_displs.size() != P ||
+      send_counts[rank] != recv_counts[rank]) {
+    e.invalid = make_error_code(errc::invalid_argument);
+    return e;
+  }
+  // One block's end, or nullopt when it or its byte size overflows.
+  auto end_of = [element_size](std::size_t displ, std::size_t count) -> std::optional<std::size_t> {
+    std::size_t end = 0;
+    if (__builtin_add_overflow(displ, count, &end) || !bytes_fit(end, 1, element_size)) return std::nullopt;
+    return end;
+  };
+  std::vector<std::pair<std::size_t, std::size_t>> received;  // (displacement, end) of non-empty receive blocks
+  received.reserve(P);
+  for (std::size_t p = 0; p < P; ++p) {
+    auto send_end = end_of(send_displs[p], send_counts[p]);
+    auto recv_end = end_of(recv_displs[p], recv_counts[p]);
+    if (!send_end || !recv_end) {
+      e.invalid = make_error_code(errc::count_overflow);
+      return e;
+    }
+    if (send_counts[p]) e.input_elems = std::max(e.input_elems, *send_end);
+    if (recv_counts[p]) {
+      e.output_elems = std::max(e.output_elems, *recv_end);
+      received.emplace_back(recv_displs[p], *recv_end);
+    }
+  }
+  std::sort(received.begin(), received.end());
+  for (std::size_t i = 1; i < received.size(); ++i)
+    if (received[i].first < received[i - 1].second) e.invalid = make_error_code(errc::overlapping_buffers);
+  return e;
+}
+
+/// The spec of a v form (collective_spec::peer_blocks). `input_in_output`:
+/// the input may be this rank's receive block of the output (all_gatherv's
+/// in place); any other overlap of input and output is overlapping_buffers.
+template <class In, class Out>
+collective_spec make_variable_spec(const communicator& comm, collective_kind kind, const In& in, const Out& out,
+                                   std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                                   std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                                   bool input_in_output) {
+  using T = typename Out::value_type;
+  collective_spec s;
+  s.kind = kind;
+  s.input = make_user_buffer(in);
+  s.output = make_user_buffer(out);
+  const auto P = static_cast<std::size_t>(comm.world_size()), me = static_cast<std::size_t>(comm.rank());
+  const auto extents = check_variable_blocks(P, me, sizeof(T), send_counts, send_displs, recv_counts, recv_displs);
+  s.invalid = extents.invalid;
+  if (s.invalid) return s;
+  if ((extents.input_elems && is_null(s.input)) || (extents.output_elems && is_null(s.output))) {
+    s.invalid = make_error_code(errc::null_buffer);
+  } else if (in.size() < extents.input_elems || out.size() < extents.output_elems) {
+    s.invalid = make_error_code(errc::buffer_too_small);
+  }
+  s.input.region.length = extents.input_elems * sizeof(T);
+  s.output.region.length = extents.output_elems * sizeof(T);
+  const auto form = input_in_output ? in_place_form::input_in_output : in_place_form::none;
+  if (!s.invalid && overlaps_wrongly(s.input, s.output, form, recv_displs[me] * sizeof(T)))
+    s.invalid = make_error_code(errc::overlapping_buffers);
+  if (s.invalid) return s;
+  s.peer_blocks.reserve(4 * P);
+  for (auto part : {send_counts, send_displs, recv_counts, recv_displs})
+    s.peer_blocks.insert(s.peer_blocks.end(), part.begin(), part.end());
+  return s;
+}
+
+/// The sender of a v form over elements T, run by `algorithm` of Algo.
+template <class T, class Algo>
+collective_sender variable_sender(communicator& comm, collective_spec&& s, algorithm_fn algorithm) {
+  s.red = &plain_table_for<T>;
+  s.algorithm = algorithm;
+  s.algorithm_name = Algo::name;
+  return collective_sender(comm, std::move(s));
+}
+
+/// Displacements of blocks packed back to back: the running sums of
+/// `counts` (an overflowing sum gives a displacement that fails the checks).
+inline std::vector<std::size_t> packed_displacements(std::span<const std::size_t> counts) {
+  std::vector<std::size_t> displs(counts.size());
+  std::size_t at = 0;
+  bool overflowed = false;
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    displs[p] = overflowed ? std::numeric_limits<std::size_t>::max() : at;
+    overflowed = overflowed || __builtin_add_overflow(at, counts[p], &at);
+  }
+  return displs;
+}
 
 template <class V, class W>
 inline constexpr bool same_element = std::is_same_v<element_of<V>, element_of<W>> &&
@@ -434,6 +546,81 @@ collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
   s.algorithm = &Algo::all_to_all;
   s.algorithm_name = Algo::name;
   return collective_sender(comm, std::move(s));
+}
+
+/// All-to-all with blocks of varied sizes (MPI_Alltoallv; the split sizes of
+/// PyTorch's all_to_all_single, as in mixture-of-experts token dispatch):
+/// rank r sends `send_counts[p]` elements of `in` from `send_displs[p]` to
+/// rank p, which stores them as `recv_counts[r]` elements of its `out` at
+/// `recv_displs[r]`. Counts and displacements are elements, world_size()
+/// of each (invalid_argument otherwise, or when send_counts[rank] differs
+/// from recv_counts[rank]). Every block must lie in its buffer
+/// (buffer_too_small); receive blocks must not overlap each other, nor the
+/// input (overlapping_buffers): there is no in-place form. A send count
+/// that differs from its receiver's receive count completes every rank with
+/// errc::collective_mismatch (each pair of ranks exchanges one message,
+/// empty blocks included, and the receiver checks its length). Algo:
+/// algo::automatic (direct where ranks share a host, pairwise otherwise),
+/// algo::direct or algo::pairwise. Device memory the transport cannot reach
+/// is staged whole (not in chunks): host memory of the input's and the
+/// output's extent.
+template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
+collective_sender all_to_allv(communicator& comm, In&& in, std::span<const std::size_t> send_counts,
+                              std::span<const std::size_t> send_displs, Out&& out,
+                              std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs) {
+  auto vin = detail::as_view(std::forward<In>(in));
+  auto vout = detail::as_view(std::forward<Out>(out));
+  using T = detail::element_of<decltype(vout)>;
+  static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_to_allv: input and output differ");
+  auto s = detail::make_variable_spec(comm, collective_kind::all_to_allv, vin, vout, send_counts, send_displs,
+                                      recv_counts, recv_displs, false);
+  return detail::variable_sender<T, Algo>(comm, std::move(s), &Algo::all_to_allv);
+}
+
+/// all_to_allv with the blocks packed back to back in rank order: the
+/// displacements are the running sums of the counts (as all_to_all_single).
+template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
+collective_sender all_to_allv(communicator& comm, In&& in, std::span<const std::size_t> send_counts, Out&& out,
+                              std::span<const std::size_t> recv_counts) {
+  const auto send_displs = detail::packed_displacements(send_counts);
+  const auto recv_displs = detail::packed_displacements(recv_counts);
+  return all_to_allv<Algo>(comm, std::forward<In>(in), send_counts, send_displs, std::forward<Out>(out), recv_counts,
+                           recv_displs);
+}
+
+/// All-gather with blocks of varied sizes (MPI_Allgatherv; uneven shards):
+/// rank p's first `recv_counts[p]` elements of `in` land in every rank's
+/// `out` at `recv_displs[p]`. Every rank passes the same `recv_counts` and
+/// `recv_displs` (world_size() entries each; a count on which ranks
+/// disagree completes every rank with errc::collective_mismatch). Receive
+/// blocks must lie in `out` (buffer_too_small) and not overlap each other
+/// (overlapping_buffers). In place, as MPI_IN_PLACE: `in` is this rank's
+/// block of `out`, `out.subspan(recv_displs[rank], recv_counts[rank])`; any
+/// other overlap is errc::overlapping_buffers. Algo: algo::automatic
+/// (direct where ranks share a host, pairwise otherwise), algo::direct or
+/// algo::pairwise: each rank sends its block to every other, P-1 messages.
+/// Staging as all_to_allv.
+template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
+collective_sender all_gatherv(communicator& comm, In&& in, Out&& out, std::span<const std::size_t> recv_counts,
+                              std::span<const std::size_t> recv_displs) {
+  auto vin = detail::as_view(std::forward<In>(in));
+  auto vout = detail::as_view(std::forward<Out>(out));
+  using T = detail::element_of<decltype(vout)>;
+  static_assert(detail::same_element<decltype(vin), decltype(vout)>, "all_gatherv: input and output differ");
+  const auto P = static_cast<std::size_t>(comm.world_size()), me = static_cast<std::size_t>(comm.rank());
+  // Every send block is this rank's input: P copies of its count, at 0.
+  const std::size_t mine = recv_counts.size() == P ? recv_counts[me] : 0;
+  const std::vector<std::size_t> send_counts(P, mine), send_displs(P, 0);
+  auto s = detail::make_variable_spec(comm, collective_kind::all_gatherv, vin, vout, send_counts, send_displs,
+                                      recv_counts, recv_displs, true);
+  return detail::variable_sender<T, Algo>(comm, std::move(s), &Algo::all_gatherv);
+}
+
+/// all_gatherv with the blocks packed back to back in rank order.
+template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
+collective_sender all_gatherv(communicator& comm, In&& in, Out&& out, std::span<const std::size_t> recv_counts) {
+  const auto recv_displs = detail::packed_displacements(recv_counts);
+  return all_gatherv<Algo>(comm, std::forward<In>(in), std::forward<Out>(out), recv_counts, recv_displs);
 }
 
 /// Barrier: completes on a rank once every rank has started it. Dissemination.

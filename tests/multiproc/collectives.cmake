@@ -1,8 +1,8 @@
 # Collectives and point-to-point across processes: tests/multiproc/collectives_world.cpp
 # runs through tools/pdcoll-run on 2, 3 and 4 ranks over each transport
 # (libfabric shm, libfabric tcp, io_uring TCP); every rank checks its own
-# results. The mismatch case aborts its communicator on purpose, so it runs
-# in a job of its own per transport.
+# results. The mismatch cases abort their communicator on purpose, so each
+# runs in a job of its own per transport.
 pdcoll_multiproc_executable(multiproc_collectives collectives_world.cpp)
 
 # name|PDCOLL_TRANSPORT|PDCOLL_PROVIDER
@@ -30,8 +30,12 @@ foreach(entry IN LISTS PDCOLL_COLLECTIVES_TRANSPORTS)
     endforeach()
   endif()
   add_test(NAME multiproc.collectives.${what}.mismatch
-           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_collectives> --test-case=mismatch*)
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_collectives> --test-case=mismatch:*)
   set_tests_properties(multiproc.collectives.${what}.mismatch PROPERTIES
+    ENVIRONMENT "${environment}" LABELS "multiproc;collectives" TIMEOUT 120)
+  add_test(NAME multiproc.collectives.${what}.mismatch_v
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_collectives> --test-case=mismatch_v:*)
+  set_tests_properties(multiproc.collectives.${what}.mismatch_v PROPERTIES
     ENVIRONMENT "${environment}" LABELS "multiproc;collectives" TIMEOUT 120)
 endforeach()
 

@@ -5,12 +5,13 @@
 // and checks its own results against support/reference.hpp. A rank that sees a
 // wrong result fails its doctest run, and pdcoll-run exits with its status.
 //
-// The mismatch case aborts the communicator on purpose, so collectives.cmake
-// runs it in a job of its own (--test-case) and excludes it from the others.
+// The mismatch cases abort the communicator on purpose, so collectives.cmake
+// runs each in a job of its own (--test-case) and excludes them from the others.
 #include <doctest/doctest.h>
 
 #include <pdcoll/pdcoll.hpp>
 #include <support/reference.hpp>
+#include <support/variable_blocks.hpp>
 
 #include <algorithm>
 #include <array>
@@ -206,6 +207,42 @@ void all_to_all_case(failures& f, std::size_t count, std::uint64_t salt) {
   if (run(f, what, all_to_all<Algo>(comm, in, out))) check_equal(f, what, out, expected);
 }
 
+template <class Algo, class T>
+void all_to_allv_case(failures& f, std::size_t max_count, std::uint64_t salt, bool packed) {
+  using namespace pdcoll::testing;
+  auto& comm = world();
+  const int P = comm.world_size(), me = comm.rank();
+  const auto l = all_to_allv_layout(salt, P, me, max_count, packed);
+  auto in = make_input<T>(salt, me, l.input_elems, false);
+  std::vector<T> out(l.output_elems, gap_fill<T>());
+  std::string what = describe("all_to_allv", Algo::name, max_count) + (packed ? " packed" : " with gaps");
+  bool ok = packed ? run(f, what, all_to_allv<Algo>(comm, in, l.send_counts, out, l.recv_counts))
+                   : run(f, what, all_to_allv<Algo>(comm, in, l.send_counts, l.send_displs, out, l.recv_counts,
+                                                    l.recv_displs));
+  if (ok) check_equal(f, what, out, expected_all_to_allv<T>(salt, P, me, max_count, packed));
+}
+
+template <class Algo, class T>
+void all_gatherv_case(failures& f, std::size_t max_count, std::uint64_t salt, bool packed, bool in_place) {
+  using namespace pdcoll::testing;
+  auto& comm = world();
+  const int P = comm.world_size(), me = comm.rank();
+  const auto l = all_gatherv_layout(salt, P, max_count, packed);
+  const std::size_t n = l.recv_counts[static_cast<std::size_t>(me)], at = l.recv_displs[static_cast<std::size_t>(me)];
+  auto in = make_input<T>(salt, me, n, false);
+  std::vector<T> out(l.output_elems, gap_fill<T>());
+  std::span<const T> mine(in);
+  if (in_place) {
+    std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(at));
+    mine = std::span<const T>(out).subspan(at, n);
+  }
+  std::string what = describe("all_gatherv", Algo::name, max_count) + (packed ? " packed" : " with gaps") +
+                     (in_place ? " in place" : "");
+  bool ok = packed ? run(f, what, all_gatherv<Algo>(comm, mine, out, l.recv_counts))
+                   : run(f, what, all_gatherv<Algo>(comm, mine, out, l.recv_counts, l.recv_displs));
+  if (ok) check_equal(f, what, out, expected_all_gatherv<T>(salt, P, max_count, packed));
+}
+
 }  // namespace
 
 TEST_CASE("all_reduce with every algorithm matches the reference for float, bfloat16 and int32 with sum, avg and max") {
@@ -264,6 +301,24 @@ TEST_CASE(
     all_to_all_case<algo::shared_memory, std::int32_t>(f, block, ++salt);
     all_to_all_case<algo::automatic, float>(f, block, ++salt);
     run(f, "barrier", barrier(world()));
+  }
+}
+
+TEST_CASE("all_to_allv and all_gatherv (packed and with gaps, in and out of place) match the reference") {
+  failures f;
+  std::uint64_t salt = 8000;
+  const auto P = static_cast<std::size_t>(world().world_size());
+  for (std::size_t max_count : {std::size_t{0}, std::size_t{1}, P + 1, std::size_t{300001}}) {
+    for (bool packed : {true, false}) {
+      all_to_allv_case<algo::pairwise, float>(f, max_count, ++salt, packed);
+      all_to_allv_case<algo::direct, std::int32_t>(f, max_count, ++salt, packed);
+      all_to_allv_case<algo::automatic, double>(f, max_count, ++salt, packed);
+      for (bool in_place : {false, true}) {
+        all_gatherv_case<algo::pairwise, float>(f, max_count, ++salt, packed, in_place);
+        all_gatherv_case<algo::direct, std::int32_t>(f, max_count, ++salt, packed, in_place);
+        all_gatherv_case<algo::automatic, bfloat16>(f, max_count, ++salt, packed, in_place);
+      }
+    }
   }
 }
 
@@ -533,6 +588,40 @@ TEST_CASE("node_direct: reduce-scatter and all-gather read shareable inputs acro
       }
     }
   }
+}
+
+TEST_CASE(
+    "mismatch_v: rank 0 expecting one element less from rank 1 than rank 1 sends fails rank 0 with "
+    "collective_mismatch and aborts every rank") {
+  auto& comm = world();
+  REQUIRE(comm.world_size() >= 2);
+  const auto P = static_cast<std::size_t>(comm.world_size());
+  std::vector<std::size_t> send_counts(P, 2), recv_counts(P, 2);
+  if (comm.rank() == 0) recv_counts[1] = 1;
+  std::vector<float> in(2 * P, 1.0f), out(2 * P);
+  std::error_code ec;
+  try {
+    ex::sync_wait(all_to_allv(comm, in, send_counts, out, recv_counts));
+  } catch (const std::system_error& e) {
+    ec = e.code();
+  }
+  CAPTURE(comm.rank());
+  // The receiver sees the wrong length; the others may finish before its
+  // abort notice comes, and then fail their next collective.
+  if (comm.rank() == 0) CHECK(ec == errc::collective_mismatch);
+  std::error_code later;
+  try {
+    ex::sync_wait(barrier(comm));
+  } catch (const std::system_error& e) {
+    later = e.code();
+  }
+  CHECK(later);
+  CHECK(comm.aborted());
+  CHECK(comm.abort_reason() == errc::collective_mismatch);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until)
+    comm.drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+  the_job().store().barrier();
 }
 
 TEST_CASE("mismatch: rank 1 calling broadcast while the others all-reduce fails every rank with collective_mismatch") {

@@ -12,6 +12,7 @@
 #include <pdcoll/memory/domains.hpp>
 #include <pdcoll/memory/track.hpp>
 #include <pdcoll/pdcoll.hpp>
+#include <support/variable_blocks.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -143,6 +144,40 @@ TEST_CASE("every collective on emulated_device memory gives the right result on 
       wrong += got_a2a[b * n + i] != value(static_cast<int>(b), j) + static_cast<float>(r);
     }
   CHECK(wrong == 0);
+}
+
+TEST_CASE("all_to_allv and all_gatherv on emulated_device memory give the right result on the job's data path") {
+  using namespace pdcoll::testing;
+  auto& comm = the_job().comm();
+  const int P = comm.world_size(), r = comm.rank();
+  const std::uint64_t salt = 71;
+  const std::size_t max_count = 40'000;  // blocks up to 156 KiB: past the tests' 64 KiB staging chunk
+  const auto l = all_to_allv_layout(salt, P, r, max_count, false);
+  auto a2av_in = upload(make_input<float>(salt, r, l.input_elems, false));
+  auto a2av_out = upload(std::vector<float>(l.output_elems, gap_fill<float>()));
+  const auto g = all_gatherv_layout(salt + 1, P, max_count, false);
+  auto agv_in = upload(make_input<float>(salt + 1, r, g.recv_counts[static_cast<std::size_t>(r)], false));
+  auto agv_out = upload(std::vector<float>(g.output_elems, gap_fill<float>()));
+
+  the_device().reset_counters();
+  const auto before = comm.data_path_statistics();
+  run(pdcoll::all_to_allv(comm, a2av_in.view(), l.send_counts, l.send_displs, a2av_out.view(), l.recv_counts,
+                          l.recv_displs));
+  run(pdcoll::all_gatherv(comm, agv_in.view(), agv_out.view(), g.recv_counts, g.recv_displs));
+  const auto copies = the_device().counters();
+  const auto paths = comm.data_path_statistics();
+  INFO("transport " << comm.transport_name());
+  if (staging_expected(comm)) {
+    // Staged whole: one chunk each, every byte through the counted copies.
+    CHECK(paths.staged_operations - before.staged_operations == 2);
+    CHECK(paths.staged_chunks - before.staged_chunks == 2);
+    CHECK(copies.device_to_host_bytes + copies.host_to_device_bytes == paths.staged_bytes - before.staged_bytes);
+  } else {
+    CHECK(paths.direct_operations - before.direct_operations == 2);
+    CHECK(copies == pdcoll::memory::copy_counters{});
+  }
+  CHECK(download(a2av_out) == expected_all_to_allv<float>(salt, P, r, max_count, false));
+  CHECK(download(agv_out) == expected_all_gatherv<float>(salt + 1, P, max_count, false));
 }
 
 TEST_CASE("device registrations go through the cache: a miss on first use, hits after") {

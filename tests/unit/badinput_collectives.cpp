@@ -114,6 +114,50 @@ TEST_CASE("overlapping input and output are overlapping_buffers and post nothing
   CHECK(w.posts() == 0);
 }
 
+TEST_CASE("all_to_allv and all_gatherv refuse bad blocks with their own errc and post nothing") {
+  bad_input_world w;  // rank 0 of 3
+  using sizes = std::vector<std::size_t>;
+  using host_view = pdcoll::view<float, pdcoll::memory::host>;
+  std::vector<float> in(16, 1.0f), out(16);
+  const sizes counts{2, 2, 2}, displs{0, 2, 4};
+  // Arrays of the wrong length.
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, sizes{2, 2}, out, counts)) == pdcoll::errc::invalid_argument);
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, counts, displs, out, counts, sizes{0, 2})) ==
+        pdcoll::errc::invalid_argument);
+  CHECK(outcome(pdcoll::all_gatherv(w.comm, host_view(in.data(), 2), out, sizes{2, 2, 2, 2})) ==
+        pdcoll::errc::invalid_argument);
+  // The block to itself differs from the block from itself.
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, sizes{3, 2, 2}, out, counts)) == pdcoll::errc::invalid_argument);
+  // A block past its buffer, on either side; a null buffer with blocks in it.
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, counts, sizes{0, 2, 15}, out, counts, displs)) ==
+        pdcoll::errc::buffer_too_small);
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, counts, displs, out, counts, sizes{0, 2, 15})) ==
+        pdcoll::errc::buffer_too_small);
+  CHECK(outcome(pdcoll::all_gatherv(w.comm, host_view(in.data(), 1), out, counts)) == pdcoll::errc::buffer_too_small);
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, host_view(nullptr, 16), counts, out, counts)) ==
+        pdcoll::errc::null_buffer);
+  // An end that overflows, in elements or in bytes.
+  const std::size_t top = std::numeric_limits<std::size_t>::max();
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, counts, sizes{0, 2, top - 1}, out, counts, displs)) ==
+        pdcoll::errc::count_overflow);
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, counts, displs, out, counts, sizes{0, 2, top / 2})) ==
+        pdcoll::errc::count_overflow);
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, sizes{2, 2, top}, out, counts)) == pdcoll::errc::count_overflow);
+  // Receive blocks that overlap each other; input and output that overlap.
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, in, counts, displs, out, counts, sizes{0, 1, 4})) ==
+        pdcoll::errc::overlapping_buffers);
+  CHECK(outcome(pdcoll::all_gatherv(w.comm, host_view(in.data(), 2), out, counts, sizes{4, 5, 0})) ==
+        pdcoll::errc::overlapping_buffers);
+  CHECK(outcome(pdcoll::all_to_allv(w.comm, host_view(out.data() + 2, 8), counts, out, counts)) ==
+        pdcoll::errc::overlapping_buffers);
+  // all_gatherv in place takes this rank's receive block only (rank 0: at
+  // displacement 4 here), not another place in the output.
+  CHECK(outcome(pdcoll::all_gatherv(w.comm, host_view(out.data() + 2, 2), out, counts, sizes{4, 0, 8})) ==
+        pdcoll::errc::overlapping_buffers);
+  CHECK(w.posts() == 0);
+  CHECK_FALSE(w.comm.aborted());
+}
+
 TEST_CASE("use after abort is aborted and posts nothing") {
   bad_input_world w;
   w.comm.abort();

@@ -8,6 +8,7 @@
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
 #include <support/reference.hpp>
+#include <support/variable_blocks.hpp>
 #include <unit/failure_endpoints.hpp>
 
 #include <algorithm>
@@ -215,6 +216,51 @@ void all_to_all_case(communicator& comm, failures& f, std::size_t count, std::ui
   check_equal(f, what, out, expected);
 }
 
+template <class Algo, class T>
+void all_to_allv_case(communicator& comm, failures& f, std::size_t max_count, std::uint64_t salt, bool packed) {
+  using namespace pdcoll::testing;
+  const int P = comm.world_size(), me = comm.rank();
+  const auto l = all_to_allv_layout(salt, P, me, max_count, packed);
+  auto in = make_input<T>(salt, me, l.input_elems, false);
+  std::vector<T> out(l.output_elems, gap_fill<T>());
+  std::string what = std::string("all_to_allv ") + Algo::name + " P=" + std::to_string(P) +
+                     " max=" + std::to_string(max_count) + (packed ? " packed" : " with gaps") + " rank " +
+                     std::to_string(me);
+  try {
+    if (packed) exec::sync_wait(all_to_allv<Algo>(comm, in, l.send_counts, out, l.recv_counts));
+    else exec::sync_wait(all_to_allv<Algo>(comm, in, l.send_counts, l.send_displs, out, l.recv_counts, l.recv_displs));
+  } catch (const std::exception& e) {
+    return f.add(what + " threw " + e.what());
+  }
+  check_equal(f, what, out, expected_all_to_allv<T>(salt, P, me, max_count, packed));
+}
+
+template <class Algo, class T>
+void all_gatherv_case(communicator& comm, failures& f, std::size_t max_count, std::uint64_t salt, bool packed,
+                      bool in_place) {
+  using namespace pdcoll::testing;
+  const int P = comm.world_size(), me = comm.rank();
+  const auto l = all_gatherv_layout(salt, P, max_count, packed);
+  const std::size_t n = l.recv_counts[static_cast<std::size_t>(me)], at = l.recv_displs[static_cast<std::size_t>(me)];
+  auto in = make_input<T>(salt, me, n, false);
+  std::vector<T> out(l.output_elems, gap_fill<T>());
+  std::string what = std::string("all_gatherv ") + Algo::name + " P=" + std::to_string(P) +
+                     " max=" + std::to_string(max_count) + (packed ? " packed" : " with gaps") +
+                     (in_place ? " in place" : "") + " rank " + std::to_string(me);
+  try {
+    std::span<const T> mine(in);
+    if (in_place) {
+      std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(at));
+      mine = std::span<const T>(out).subspan(at, n);
+    }
+    if (packed) exec::sync_wait(all_gatherv<Algo>(comm, mine, out, l.recv_counts));
+    else exec::sync_wait(all_gatherv<Algo>(comm, mine, out, l.recv_counts, l.recv_displs));
+  } catch (const std::exception& e) {
+    return f.add(what + " threw " + e.what());
+  }
+  check_equal(f, what, out, expected_all_gatherv<T>(salt, P, max_count, packed));
+}
+
 void run_world(int world, const std::function<void(communicator&, failures&)>& body) {
   failures f;
   pdcoll::testing::run_inproc(world, [&](communicator& comm) { body(comm, f); });
@@ -297,6 +343,29 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("all_to_allv and all_gatherv (packed and with gaps, in and out of place) match the reference on 1..8 ranks") {
+  for (int world = 1; world <= 8; ++world) {
+    CAPTURE(world);
+    run_world(world, [](communicator& comm, failures& f) {
+      std::uint64_t salt = 9000;
+      const auto P = static_cast<std::size_t>(comm.world_size());
+      // Blocks of at most 0, 1, below and above the world size, and large.
+      for (std::size_t max_count : {std::size_t{0}, std::size_t{1}, P > 1 ? P - 1 : 2, P + 1, std::size_t{70001}}) {
+        for (bool packed : {true, false}) {
+          all_to_allv_case<algo::pairwise, double>(comm, f, max_count, ++salt, packed);
+          all_to_allv_case<algo::direct, std::uint8_t>(comm, f, max_count, ++salt, packed);
+          all_to_allv_case<algo::automatic, float>(comm, f, max_count, ++salt, packed);
+          for (bool in_place : {false, true}) {
+            all_gatherv_case<algo::pairwise, std::int32_t>(comm, f, max_count, ++salt, packed, in_place);
+            all_gatherv_case<algo::direct, bfloat16>(comm, f, max_count, ++salt, packed, in_place);
+            all_gatherv_case<algo::automatic, double>(comm, f, max_count, ++salt, packed, in_place);
+          }
+        }
+      }
+    });
+  }
+}
+
 TEST_CASE("every collective and algorithm stays right when one rank's completions come newest first on 2..5 ranks") {
   // A transport may complete a rank's operations in any order: rank 1's
   // wrapper hands them out newest first (endpoint_faults), the others' in
@@ -338,6 +407,10 @@ TEST_CASE("every collective and algorithm stays right when one rank's completion
         }
         all_to_all_case<algo::pairwise, double>(comm, f, count, ++salt);
         all_to_all_case<algo::direct, std::uint8_t>(comm, f, count + 3, ++salt);
+        all_to_allv_case<algo::pairwise, float>(comm, f, count, ++salt, false);
+        all_to_allv_case<algo::direct, std::int64_t>(comm, f, count, ++salt, true);
+        all_gatherv_case<algo::pairwise, float>(comm, f, count, ++salt, false, true);
+        all_gatherv_case<algo::direct, std::uint8_t>(comm, f, count, ++salt, true, false);
         try {
           exec::sync_wait(barrier(comm));
         } catch (const std::exception& e) {

@@ -8,11 +8,14 @@
 #include <pdcoll/memory/track.hpp>
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
+#include <support/variable_blocks.hpp>
 #include <unit/failure_endpoints.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -60,6 +63,13 @@ void run_all_reduce_and_gather(bool force_staging, int P, std::size_t n, std::at
         }
       },
       options);
+}
+
+// Runs `body` on P in-process ranks, with host staging forced or not.
+void run_device_path(int P, bool staged, const std::function<void(pdcoll::communicator&)>& body) {
+  pdcoll::communicator_options options;
+  options.force_host_staging = staged;
+  pdcoll::testing::run_inproc(P, body, options);
 }
 
 }  // namespace
@@ -146,10 +156,8 @@ TEST_CASE("in-place all_gather and reduce_scatter on device memory are right, st
   for (bool staged : {true, false}) {
     CAPTURE(staged);
     std::atomic<int> wrong{0};
-    pdcoll::communicator_options options;
-    options.force_host_staging = staged;
-    pdcoll::testing::run_inproc(
-        P,
+    run_device_path(
+        P, staged,
         [&](pdcoll::communicator& comm) {
           const int r = comm.rank();
           const std::size_t total = n * static_cast<std::size_t>(P), mine = n * static_cast<std::size_t>(r);
@@ -176,9 +184,75 @@ TEST_CASE("in-place all_gather and reduce_scatter on device memory are right, st
           }
           const auto paths = comm.data_path_statistics();
           CHECK((staged ? paths.staged_operations : paths.direct_operations) == 2);
-        },
-        options);
+        });
     CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("all_to_allv and all_gatherv on device memory are right, staged whole and direct, and leave the gaps alone") {
+  using namespace pdcoll::testing;
+  device dev(std::size_t{64} << 20);
+  for (int P : {1, 3, 5}) {
+    for (bool staged : {true, false}) {
+      CAPTURE(P);
+      CAPTURE(staged);
+      std::atomic<int> wrong{0};
+      run_device_path(
+          P, staged,
+          [&](pdcoll::communicator& comm) {
+            const int r = comm.rank();
+            const std::uint64_t salt = 40 + static_cast<std::uint64_t>(P);
+            const std::size_t max_count = 9'001;  // blocks up to 35 KiB: past the 8 KiB chunk
+            auto deadline = pdcoll::exec::with_deadline(std::chrono::seconds(30));
+            // Moves `host` to a fresh device buffer, runs `collective` on it, and compares with `expected`.
+            auto to_device = [&](const std::vector<float>& host) {
+              auto b = dev.allocate<float>(host.size());
+              dev.copy_from_host(std::span<const float>(host), b.view());
+              return b;
+            };
+            auto compare = [&](const auto& buffer, const std::vector<float>& expected) {
+              std::vector<float> got(expected.size());
+              dev.copy_to_host(buffer.const_view(), std::span<float>(got));
+              wrong += got != expected;
+            };
+            const auto l = all_to_allv_layout(salt, P, r, max_count, false);
+            auto in = to_device(make_input<float>(salt, r, l.input_elems, false));
+            auto out = to_device(std::vector<float>(l.output_elems, gap_fill<float>()));
+            pdcoll::exec::sync_wait(pdcoll::all_to_allv(comm, in.view(), l.send_counts, l.send_displs, out.view(),
+                                                        l.recv_counts, l.recv_displs) |
+                                    deadline);
+            compare(out, expected_all_to_allv<float>(salt, P, r, max_count, false));
+            std::uint64_t received = 0, sent_extent = 0;  // bytes: received blocks; the input up to its last block's end
+            for (int p = 0; p < P; ++p) {
+              const auto q = static_cast<std::size_t>(p);
+              received += l.recv_counts[q] * sizeof(float);
+              if (l.send_counts[q]) sent_extent = std::max<std::uint64_t>(sent_extent, (l.send_displs[q] + l.send_counts[q]) * sizeof(float));
+            }
+            // all_gatherv in place: this rank's block already in the output.
+            const auto g = all_gatherv_layout(salt + 1, P, max_count, false);
+            const std::size_t n = g.recv_counts[static_cast<std::size_t>(r)], at = g.recv_displs[static_cast<std::size_t>(r)];
+            auto gathered_host = std::vector<float>(g.output_elems, gap_fill<float>());
+            const auto mine = make_input<float>(salt + 1, r, n, false);
+            std::copy(mine.begin(), mine.end(), gathered_host.begin() + static_cast<std::ptrdiff_t>(at));
+            auto gathered = to_device(gathered_host);
+            pdcoll::exec::sync_wait(pdcoll::all_gatherv(comm, gathered.view().subview(at, n), gathered.view(),
+                                                        g.recv_counts, g.recv_displs) |
+                                    deadline);
+            compare(gathered, expected_all_gatherv<float>(salt + 1, P, max_count, false));
+            const auto paths = comm.data_path_statistics();
+            if (staged) {
+              // Staged whole: one chunk each; the input's extent in, the receive blocks out.
+              CHECK(paths.staged_operations == 2);
+              CHECK(paths.staged_chunks == 2);
+              std::uint64_t gathered_bytes = 0;
+              for (std::size_t c : g.recv_counts) gathered_bytes += c * sizeof(float);
+              CHECK(paths.staged_bytes == sent_extent + n * sizeof(float) + received + gathered_bytes);
+            } else {
+              CHECK(paths.direct_operations == 2);
+            }
+          });
+      CHECK(wrong == 0);
+    }
   }
 }
 

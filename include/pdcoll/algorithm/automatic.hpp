@@ -234,6 +234,17 @@ struct automatic {
     if (whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size)) return shared_memory::all_to_all(ctx);
     return direct::all_to_all(ctx);
   }
+  /// The default all_to_allv and all_gatherv: every block posted at once
+  /// (direct) where ranks share a host, as the all-to-all above its node
+  /// memory threshold; pairwise exchange otherwise. Node memory's slots
+  /// hold blocks of one size, so the v forms do not go through them.
+  static pdcoll::detail::collective_task all_to_allv(pdcoll::detail::collective_context& ctx) {
+    return ctx.node_memory() ? direct::all_to_allv(ctx) : pairwise::all_to_allv(ctx);
+  }
+  /// See all_to_allv.
+  static pdcoll::detail::collective_task all_gatherv(pdcoll::detail::collective_context& ctx) {
+    return ctx.node_memory() ? direct::all_gatherv(ctx) : pairwise::all_gatherv(ctx);
+  }
 
   /// Broadcasts of at least this many bytes over more than 2 ranks without
   /// node memory take the pipelined chain: the tree's root sends the whole

@@ -5,7 +5,11 @@
 // All-to-all: direct posts every receive and send in one batch, so each
 // block moves as soon as both ends are ready and no rank waits for a step
 // to finish; pairwise keeps one send and one receive in flight per rank,
-// which bounds the messages in flight on large worlds.
+// which bounds the messages in flight on large worlds. The v forms
+// (all_to_allv, all_gatherv) run the same exchanges with each peer's block
+// at its own offset and size (collective_context::send_offset and the
+// like): one message per pair of ranks, empty blocks included, so that a
+// count on which sender and receiver disagree fails the receive.
 //
 // All-reduce cost (P ranks, n bytes): one step; each rank sends and receives
 // (P-1)·n bytes and holds (P-1)·n bytes of scratch. The lowest latency for
@@ -53,19 +57,23 @@ struct direct {
   static pdcoll::detail::collective_task all_to_all(pdcoll::detail::collective_context& ctx) {
     using pdcoll::detail::transfer_batch;
     const int P = ctx.world_size, r = ctx.rank;
-    const std::size_t block = ctx.bytes(ctx.count);
-    ctx.copy(ctx.output, static_cast<std::size_t>(r) * block, ctx.input, static_cast<std::size_t>(r) * block, block);
+    ctx.copy(ctx.output, ctx.recv_offset(r), ctx.input, ctx.send_offset(r), ctx.recv_bytes(r));
     if (P == 1) co_return std::error_code{};
     transfer_batch b(ctx, 2 * static_cast<std::size_t>(P - 1));
     // Peers in the pairwise order, so that each rank's first send meets its
     // receiver's first receive.
     for (int s = 1; s < P; ++s) {
       const int to = (r + s) % P, from = (r - s + P) % P;
-      b.recv(from, ctx.output, static_cast<std::size_t>(from) * block, block, 0);
-      b.send(to, ctx.input, static_cast<std::size_t>(to) * block, block, 0);
+      b.recv(from, ctx.output, ctx.recv_offset(from), ctx.recv_bytes(from), 0);
+      b.send(to, ctx.input, ctx.send_offset(to), ctx.send_bytes(to), 0);
     }
     co_return co_await b;
   }
+  /// All-to-all with blocks of varied sizes: the same exchange.
+  static pdcoll::detail::collective_task all_to_allv(pdcoll::detail::collective_context& ctx) { return all_to_all(ctx); }
+  /// All-gather with blocks of varied sizes: an all-to-all whose every send
+  /// block is this rank's input.
+  static pdcoll::detail::collective_task all_gatherv(pdcoll::detail::collective_context& ctx) { return all_to_all(ctx); }
 };
 
 /// Pairwise-exchange all-to-all.
@@ -79,18 +87,21 @@ struct pairwise {
   static pdcoll::detail::collective_task all_to_all(pdcoll::detail::collective_context& ctx) {
     using pdcoll::detail::transfer_batch;
     const int P = ctx.world_size, r = ctx.rank;
-    const std::size_t block = ctx.bytes(ctx.count);
-    ctx.copy(ctx.output, static_cast<std::size_t>(r) * block, ctx.input, static_cast<std::size_t>(r) * block, block);
+    ctx.copy(ctx.output, ctx.recv_offset(r), ctx.input, ctx.send_offset(r), ctx.recv_bytes(r));
     for (int s = 1; s < P; ++s) {
       const int to = (r + s) % P, from = (r - s + P) % P;
       transfer_batch b(ctx, 2);
-      b.recv(from, ctx.output, static_cast<std::size_t>(from) * block, block, static_cast<std::uint32_t>(s));
-      b.send(to, ctx.input, static_cast<std::size_t>(to) * block, block, static_cast<std::uint32_t>(s));
+      b.recv(from, ctx.output, ctx.recv_offset(from), ctx.recv_bytes(from), static_cast<std::uint32_t>(s));
+      b.send(to, ctx.input, ctx.send_offset(to), ctx.send_bytes(to), static_cast<std::uint32_t>(s));
       if (auto ec = co_await b) co_return ec;
     }
     co_return std::error_code{};
   }
+  /// All-to-all with blocks of varied sizes: the same steps.
+  static pdcoll::detail::collective_task all_to_allv(pdcoll::detail::collective_context& ctx) { return all_to_all(ctx); }
+  /// All-gather with blocks of varied sizes: P-1 steps, each sending this
+  /// rank's input to one peer and receiving another's block.
+  static pdcoll::detail::collective_task all_gatherv(pdcoll::detail::collective_context& ctx) { return all_to_all(ctx); }
 };
-
 
 }  // namespace pdcoll::algo

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -44,6 +45,8 @@ enum class collective_kind : std::uint8_t {
   reduce_scatter = 5,
   all_to_all = 6,
   barrier = 7,
+  all_to_allv = 8,
+  all_gatherv = 9,
 };
 
 /// The collective's name in pdcoll's API ("all_reduce", ...).
@@ -56,6 +59,8 @@ constexpr const char* name_of(collective_kind kind) noexcept {
     case collective_kind::reduce_scatter: return "reduce_scatter";
     case collective_kind::all_to_all: return "all_to_all";
     case collective_kind::barrier: return "barrier";
+    case collective_kind::all_to_allv: return "all_to_allv";
+    case collective_kind::all_gatherv: return "all_gatherv";
   }
   return "unknown collective";
 }
@@ -115,8 +120,10 @@ using algorithm_fn = collective_task (*)(collective_context&);
 /// Everything that defines one collective call, fixed when the sender is made.
 struct collective_spec {
   collective_kind kind = collective_kind::barrier;
-  std::size_t count = 0;  ///< elements: per rank (all_gather, reduce_scatter: per block; all_to_all: per peer)
+  std::size_t count = 0;  ///< elements: per rank (all_gather, reduce_scatter: per block; all_to_all: per peer; 0 for the v forms)
   int root = 0;
+  /// The v forms' per-peer blocks in elements (peer_blocks_layout); empty for the other collectives.
+  std::vector<std::size_t> peer_blocks;
   const reduction_table* red = &no_reduction;  ///< a constant table (collectives.hpp)
   user_buffer input;
   user_buffer output;
@@ -137,6 +144,11 @@ struct collective_spec {
 /// hold delays no peer: rank + 1 waits for that data message anyway.
 inline constexpr std::chrono::milliseconds check_hold_limit{100};
 
+/// Where collective_spec::peer_blocks keeps the v forms' four arrays of P
+/// entries each (elements): send counts, send displacements, receive counts,
+/// receive displacements.
+enum peer_blocks_layout : std::size_t { send_counts_at = 0, send_displs_at = 1, recv_counts_at = 2, recv_displs_at = 3 };
+
 /// What an algorithm sees: its rank, the buffers, scratch, local reduce and
 /// copy, and batches of transfers (see collective_task.hpp).
 class collective_context : public batch_owner {
@@ -149,9 +161,24 @@ class collective_context : public batch_owner {
   buffer_desc input;
   buffer_desc output;
   const reduction_table* red = nullptr;
+  /// The v forms' blocks (collective_spec::peer_blocks, 4·P elements);
+  /// empty for the collectives whose blocks are all `count` elements.
+  std::span<const std::size_t> peer_blocks;
 
   /// Bytes of `n` elements.
   std::size_t bytes(std::size_t n) const noexcept { return n * element_size; }
+  /// The all-to-all family's block for or from `peer`, as a byte offset into
+  /// input or output and a byte length: block `peer` of `count` elements,
+  /// or the v forms' counts and displacements (an empty block at offset 0:
+  /// its displacement may lie past the buffer's extent).
+  std::size_t send_bytes(int peer) const noexcept { return bytes(block_field(send_counts_at, peer)); }
+  std::size_t send_offset(int peer) const noexcept {
+    return send_bytes(peer) ? bytes(block_field(send_displs_at, peer)) : 0;
+  }
+  std::size_t recv_bytes(int peer) const noexcept { return bytes(block_field(recv_counts_at, peer)); }
+  std::size_t recv_offset(int peer) const noexcept {
+    return recv_bytes(peer) ? bytes(block_field(recv_displs_at, peer)) : 0;
+  }
   /// dst[dst_off..] = op(dst, src[src_off..]) over `n` elements; offsets in bytes.
   void reduce(const buffer_desc& dst, std::size_t dst_off, const buffer_desc& src, std::size_t src_off,
               std::size_t n) const noexcept {
@@ -196,6 +223,13 @@ class collective_context : public batch_owner {
 
  protected:
   ~collective_context() = default;
+
+ private:
+  std::size_t block_field(peer_blocks_layout field, int peer) const noexcept {
+    const auto p = static_cast<std::size_t>(peer);
+    if (peer_blocks.empty()) return field == send_displs_at || field == recv_displs_at ? p * count : count;
+    return peer_blocks[field * static_cast<std::size_t>(world_size) + p];
+  }
 };
 
 }  // namespace detail
@@ -290,8 +324,9 @@ class collective_op_base : public collective_context, public operation_base {
       pending += std::string(pending.empty() ? "" : "; ") + "signature check held for a message to rank " +
                  std::to_string(check_peer());
     if (small_) pending += std::string(pending.empty() ? "" : "; ") + small_->describe();
-    return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" +
-           std::to_string(spec_.count) + " elements)" + (check_pending_ ? ", signature check pending" : "") +
+    const std::string size = spec_.peer_blocks.empty() ? std::to_string(spec_.count) + " elements" : "blocks of varied sizes";
+    return std::string(name_of(spec_.kind)) + " #" + std::to_string(seq_) + " (" + size + ")" +
+           (check_pending_ ? ", signature check pending" : "") +
            (pending.empty() ? std::string() : ": " + pending);
   }
 
@@ -360,6 +395,7 @@ class collective_op_base : public collective_context, public operation_base {
     element_size = spec_.red->element_size;
     root = spec_.root;
     red = spec_.red;
+    peer_blocks = spec_.peer_blocks;
     try {
       choose_data_path(input_path);
       if (start_small(timeout)) return;  // registers itself only if it has to wait
@@ -812,6 +848,7 @@ class collective_op_base : public collective_context, public operation_base {
   // Sets up the slots and starts the first chunks. Under the lock.
   void start_staged() {
     const std::size_t es = spec_.red->element_size;
+    if (!spec_.peer_blocks.empty()) return start_staged_whole();
     in_layout_ = staged_layout::of(spec_.input.region.length, spec_.count, es);
     out_layout_ = staged_layout::of(spec_.output.region.length, spec_.count, es);
     const bool per_rank_blocks = spec_.kind == collective_kind::all_gather ||
@@ -846,6 +883,30 @@ class collective_op_base : public collective_context, public operation_base {
     pump_staged();
   }
 
+  // The v forms' staged path: one chunk, the input and output each copied
+  // whole into a host buffer laid out as the user's (the blocks' sizes
+  // differ by peer, so a slice of every block would need an agreement on the
+  // largest that every rank would have to exchange first). Host memory is
+  // the input's and the output's extent, not bounded by the chunk size.
+  void start_staged_whole() {
+    chunks_ = 1;
+    slots_ = std::make_unique<staged_chunk[]>(1);
+    slot_count_ = 1;
+    auto& c = slots_[0];
+    c.op = this;
+    c.rank = rank;
+    c.world_size = world_size;
+    c.element_size = spec_.red->element_size;
+    c.root = root;
+    c.red = red;
+    c.peer_blocks = peer_blocks;
+    c.in_host = comm_->take_host_block(spec_.input.region.length);
+    c.in_lease = host_lease(c.in_host);
+    c.out_host = comm_->take_host_block(spec_.output.region.length);
+    c.out_lease = host_lease(c.out_host);
+    pump_staged();
+  }
+
   registration_lease host_lease(const host_block& b) {
     transport::memory_region region;
     region.address = b.bytes.get();
@@ -859,6 +920,7 @@ class collective_op_base : public collective_context, public operation_base {
   // slot's host buffer (blocks packed back to back on the host side).
   std::size_t copy_chunk(const user_buffer& dev, const staged_layout& layout, host_block& host,
                          const staged_chunk& c, bool to_host) {
+    if (!peer_blocks.empty()) return copy_whole(dev, host, to_host);
     const std::size_t es = spec_.red->element_size;
     const std::size_t bytes = c.length * es, offset = c.first * es;
     if (bytes == 0 || layout.blocks == 0) return 0;
@@ -869,6 +931,26 @@ class collective_op_base : public collective_context, public operation_base {
       else dev.domain.ops->from_host(dev.domain.domain, address, h, bytes);
     }
     return layout.blocks * bytes;
+  }
+
+  // The v forms' copies (start_staged_whole): the input's extent in one
+  // copy, since gaps between its blocks are only read; the output block by
+  // block, so that the gaps of the user's buffer keep their contents.
+  std::size_t copy_whole(const user_buffer& dev, host_block& host, bool to_host) {
+    const std::size_t length = dev.region.length;
+    if (length == 0) return 0;
+    if (to_host) {
+      dev.domain.ops->to_host(dev.domain.domain, dev.device_address, host.bytes.get(), length);
+      return length;
+    }
+    std::size_t copied = 0;
+    for (int p = 0; p < world_size; ++p) {
+      const std::size_t offset = recv_offset(p), bytes = recv_bytes(p);
+      if (bytes == 0) continue;
+      dev.domain.ops->from_host(dev.domain.domain, dev.device_address + offset, host.bytes.get() + offset, bytes);
+      copied += bytes;
+    }
+    return copied;
   }
 
   // Starts chunks in order, chunk k on slot k % slot_count_ once that slot is
@@ -904,6 +986,10 @@ class collective_op_base : public collective_context, public operation_base {
     c.input = {c.in_host.bytes.get(), in_layout_.blocks * c.length * es, c.in_lease.descriptor()};
     c.output = c.shared ? c.input
                         : buffer_desc{c.out_host.bytes.get(), out_layout_.blocks * c.length * es, c.out_lease.descriptor()};
+    if (!peer_blocks.empty()) {  // start_staged_whole: the user's layout
+      c.input = {c.in_host.bytes.get(), spec_.input.region.length, c.in_lease.descriptor()};
+      c.output = {c.out_host.bytes.get(), spec_.output.region.length, c.out_lease.descriptor()};
+    }
     if (c.input.bytes == 0) c.input = {};
     if (c.output.bytes == 0) c.output = {};
     c.rewind_scratch();
