@@ -19,12 +19,14 @@ namespace pdcoll::bench {
 
 /// nccl-tests' bus-bandwidth factor: busbw = algbw · factor, where algbw is
 /// the collective's "size" column divided by the time. all_reduce 2(n-1)/n;
-/// all_gather, reduce_scatter (size = the total buffer) and all_to_all
-/// (n-1)/n; broadcast, reduce and send/recv 1.
+/// all_gather, reduce_scatter (size = the total buffer), all_to_all and
+/// all_to_allv (n-1)/n; broadcast, reduce and send/recv 1.
 inline double bus_factor(std::string_view collective, int ranks) {
   const double n = ranks;
   if (collective == "all_reduce") return 2.0 * (n - 1) / n;
-  if (collective == "all_gather" || collective == "reduce_scatter" || collective == "all_to_all") return (n - 1) / n;
+  if (collective == "all_gather" || collective == "reduce_scatter" || collective == "all_to_all" ||
+      collective == "all_to_allv")
+    return (n - 1) / n;
   return 1.0;
 }
 

@@ -140,7 +140,7 @@ struct layout {
   std::size_t bytes = 0;      // nccl-tests' size column
   std::size_t in_count = 0;   // this rank's input elements
   std::size_t out_count = 0;  // this rank's output elements
-  std::size_t block = 0;      // per-rank block (all_gather, reduce_scatter, all_to_all)
+  std::size_t block = 0;      // per-rank block (all_gather, reduce_scatter, all_to_all, all_to_allv)
   bool in_place = true;       // whether the collective has an in-place form
   // In place, input and output share one buffer of max(in_count, out_count)
   // elements, at these offsets (nccl-tests' layout: all_gather's input is
@@ -166,12 +166,13 @@ class runner {
     const auto P = static_cast<std::size_t>(world_);
     l.count = bytes / sizeof(T);
     const std::string& c = opt_.collective;
-    if (c == "all_gather" || c == "reduce_scatter" || c == "all_to_all") {
+    const bool to_all = c == "all_to_all" || c == "all_to_allv";
+    if (c == "all_gather" || c == "reduce_scatter" || to_all) {
       l.count = l.count / P * P;  // nccl-tests rounds the total down to a multiple of the ranks
       l.block = l.count / P;
       l.in_count = c == "all_gather" ? l.block : l.count;
       l.out_count = c == "reduce_scatter" ? l.block : l.count;
-      l.in_place = c != "all_to_all";  // pdcoll rejects overlapping input and output for all_to_all
+      l.in_place = !to_all;  // pdcoll rejects overlapping input and output for all_to_all(v)
       const std::size_t mine = static_cast<std::size_t>(rank_) * l.block;
       l.in_at = c == "all_gather" ? mine : 0;
       l.out_at = c == "reduce_scatter" ? mine : 0;
@@ -334,6 +335,19 @@ class runner {
       if (opt_.algo == "shared_memory") return with(pdcoll::algo::shared_memory{});
       return with(pdcoll::algo::automatic{});
     }
+    if (c == "all_to_allv") {
+      // all_to_all's equal blocks through the v form's packed counts, as
+      // all_to_all_single with split sizes: the counts are made per call.
+      auto with = [&](auto algo) {
+        return body([this](auto vin, auto vout) {
+          const std::vector<std::size_t> counts(static_cast<std::size_t>(world_), vin.size() / static_cast<std::size_t>(world_));
+          exec::sync_wait(pdcoll::all_to_allv<decltype(algo)>(comm_, vin, counts, vout, counts));
+        });
+      };
+      if (opt_.algo == "pairwise") return with(pdcoll::algo::pairwise{});
+      if (opt_.algo == "direct") return with(pdcoll::algo::direct{});
+      return with(pdcoll::algo::automatic{});
+    }
     // sendrecv: a ring shift, as nccl-tests' sendrecv_perf
     return body([this](auto vin, auto vout) {
       const int next = (rank_ + 1) % world_, prev = (rank_ + world_ - 1) % world_;
@@ -371,7 +385,7 @@ class runner {
       moved_wrong(l.count, 0, opt_.root, 0);
     } else if (c == "all_gather") {
       for (int p = 0; p < world_; ++p) moved_wrong(l.block, static_cast<std::size_t>(p) * l.block, p, 0);
-    } else if (c == "all_to_all") {
+    } else if (c == "all_to_all" || c == "all_to_allv") {
       for (int p = 0; p < world_; ++p)
         moved_wrong(l.block, static_cast<std::size_t>(p) * l.block, p, static_cast<std::size_t>(rank_) * l.block);
     } else {  // sendrecv
@@ -425,6 +439,7 @@ const std::map<std::string, std::vector<std::string>>& algorithms() {
       {"all_gather", {"automatic", "ring", "recursive_doubling", "shared_memory"}},
       {"reduce_scatter", {"automatic", "ring", "recursive_halving", "rabenseifner", "shared_memory"}},
       {"all_to_all", {"automatic", "pairwise", "direct", "shared_memory"}},
+      {"all_to_allv", {"automatic", "pairwise", "direct"}},
       {"sendrecv", {"direct"}},
   };
   return table;
@@ -439,9 +454,10 @@ int main(int argc, char** argv) {
       "Launch under tools/pdcoll-run, mpirun or srun. Time is the MEDIAN over -n iterations of one\n"
       "operation measured by rank 0 after warm-up and a barrier (nccl-tests reports the mean: --timing).\n"
       "busbw = algbw x factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter (size = whole buffer)\n"
-      "and all_to_all (n-1)/n; broadcast, reduce, sendrecv 1. In place as nccl-tests: all_gather's\n"
+      "and all_to_all(v) (n-1)/n; broadcast, reduce, sendrecv 1. In place as nccl-tests: all_gather's\n"
       "input is this rank's block of the output, reduce_scatter's output this rank's block of the\n"
-      "input. In-place all_to_all and sendrecv print N/A: pdcoll rejects overlapping input and output.",
+      "input. In-place all_to_all(v) and sendrecv print N/A: pdcoll rejects overlapping input and output.\n"
+      "all_to_allv moves all_to_all's equal blocks through the v form's packed counts.",
       "pdcoll-bench"};
   app.add_option("-b,--minbytes", opt.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", opt.max_bytes, "largest size in bytes (K/M/G suffixes)")->capture_default_str();
@@ -459,12 +475,13 @@ int main(int argc, char** argv) {
   app.add_option("-r,--root", opt.root, "root rank of broadcast and reduce")->capture_default_str();
   app.add_option("--collective", opt.collective, "collective to measure")
       ->capture_default_str()
-      ->check(CLI::IsMember({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"}));
+      ->check(CLI::IsMember({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
+                             "all_to_allv", "sendrecv"}));
   app.add_option("--algo", opt.algo,
                  "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct|two_shot (sets PDCOLL_ALGO); "
                  "broadcast automatic|tree|chain|shared_memory; reduce automatic|tree|shared_memory; all_gather "
                  "automatic|ring|recursive_doubling|shared_memory; reduce_scatter automatic|ring|recursive_halving|shared_memory; "
-                 "all_to_all automatic|pairwise|direct|shared_memory")
+                 "all_to_all automatic|pairwise|direct|shared_memory; all_to_allv automatic|pairwise|direct")
       ->capture_default_str();
   app.add_option("--transport", opt.transport,
                  "shm|tcp (libfabric), uring, or uring-directional (uring with one connection per direction); "

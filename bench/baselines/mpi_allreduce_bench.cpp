@@ -1,7 +1,7 @@
 // File: bench/baselines/mpi_allreduce_bench.cpp — the MPI baseline for
 // pdcoll-bench: MPI_Allreduce of float32 sums (or, with --collective,
 // MPI_Reduce_scatter_block / MPI_Allgather / MPI_Bcast / MPI_Reduce /
-// MPI_Alltoall), out-of-place and in place (MPI_IN_PLACE; MPI_Bcast has
+// MPI_Alltoall / MPI_Alltoallv with equal blocks), out-of-place and in place (MPI_IN_PLACE; MPI_Bcast has
 // only the one form, timed for both), with pdcoll-bench's sizes, -r root and
 // timing (median over -n
 // iterations on rank 0 after warm-up and a barrier, or with --timing mean
@@ -31,7 +31,7 @@ namespace {
 /// The options pdcoll-bench shares with this baseline.
 struct options {
   std::string min_bytes = "32M", max_bytes = "32M", transport = "mpi", csv, json;
-  /// all_reduce, reduce_scatter, all_gather, broadcast, reduce or all_to_all
+  /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or all_to_allv
   std::string collective = "all_reduce";
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, root = 0;
@@ -59,7 +59,8 @@ bool parse(int argc, char** argv, options& o) {
     else return false;
   }
   const bool known = o.collective == "all_reduce" || o.collective == "reduce_scatter" || o.collective == "all_gather" ||
-                     o.collective == "broadcast" || o.collective == "reduce" || o.collective == "all_to_all";
+                     o.collective == "broadcast" || o.collective == "reduce" || o.collective == "all_to_all" ||
+                     o.collective == "all_to_allv";
   return known && o.root >= 0 && o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing);
 }
 
@@ -71,7 +72,7 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
   const std::size_t block = count / static_cast<std::size_t>(world);
   const std::string& c = o.collective;
   const bool reduce_scatter = c == "reduce_scatter", all_gather = c == "all_gather", broadcast = c == "broadcast",
-             reduce = c == "reduce", all_to_all = c == "all_to_all";
+             reduce = c == "reduce", all_to_allv = c == "all_to_allv", all_to_all = c == "all_to_all" || all_to_allv;
   const bool root = rank == o.root;
   // all_gather's input is one block, reduce-scatter's output one block; the
   // others' buffers are whole. MPI_Bcast has one buffer: `in`.
@@ -87,6 +88,9 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
   };
   fill();
   const int n = static_cast<int>(count), b = static_cast<int>(block);
+  // MPI_Alltoallv's counts and displacements: all_to_all's equal blocks.
+  std::vector<int> counts(static_cast<std::size_t>(world), b), displs(static_cast<std::size_t>(world));
+  for (int p = 0; p < world; ++p) displs[static_cast<std::size_t>(p)] = p * b;
   auto once = [&] {
     if (reduce_scatter) {
       // In place, MPI leaves this rank's block at the start of the buffer.
@@ -101,6 +105,9 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
       // Only the root's receive buffer may be MPI_IN_PLACE's.
       if (in_place && root) MPI_Reduce(MPI_IN_PLACE, in.data(), n, MPI_FLOAT, MPI_SUM, o.root, MPI_COMM_WORLD);
       else MPI_Reduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, o.root, MPI_COMM_WORLD);
+    } else if (all_to_allv) {
+      MPI_Alltoallv(in.data(), counts.data(), displs.data(), MPI_FLOAT, out.data(), counts.data(), displs.data(),
+                    MPI_FLOAT, MPI_COMM_WORLD);
     } else if (all_to_all) {
       // Out of place only (main skips the in-place form, as pdcoll-bench).
       MPI_Alltoall(in.data(), b, MPI_FLOAT, out.data(), b, MPI_FLOAT, MPI_COMM_WORLD);
@@ -180,7 +187,7 @@ int main(int argc, char** argv) {
   if (!ok || sizes.empty()) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] "
-                           "[-r root] [--transport label] [--collective all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all] "
+                           "[-r root] [--transport label] [--collective all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all|all_to_allv] "
                            "[--csv file] [--json file]\n");
     MPI_Finalize();
     return 2;
@@ -197,6 +204,7 @@ int main(int argc, char** argv) {
                                        : o.collective == "broadcast"    ? "MPI_Bcast"
                                        : o.collective == "reduce"       ? "MPI_Reduce"
                                        : o.collective == "all_to_all"   ? "MPI_Alltoall"
+                                       : o.collective == "all_to_allv"  ? "MPI_Alltoallv"
                                                                         : "MPI_Allreduce",
                                        o.collective, "host", world, o.timing},
         o.csv, o.json);
@@ -211,16 +219,17 @@ int main(int argc, char** argv) {
   for (std::size_t bytes : sizes) {
     pdcoll::bench::row r;
     // A reduce-scatter or all-gather size holds a whole number of blocks.
-    const bool blocks = o.collective == "reduce_scatter" || o.collective == "all_gather" || o.collective == "all_to_all";
+    const bool to_all = o.collective == "all_to_all" || o.collective == "all_to_allv";
+    const bool blocks = o.collective == "reduce_scatter" || o.collective == "all_gather" || to_all;
     const std::size_t unit = blocks ? static_cast<std::size_t>(world) : 1;
     r.count = bytes / sizeof(float) / unit * unit;
     r.bytes = r.count * sizeof(float);
     r.type = "float";
-    r.redop = o.collective == "broadcast" || o.collective == "all_gather" || o.collective == "all_to_all" ? "none" : "sum";
+    r.redop = o.collective == "broadcast" || o.collective == "all_gather" || to_all ? "none" : "sum";
     if (o.collective == "broadcast" || o.collective == "reduce") r.root = o.root;
     r.out_of_place = measure(r.count, false, o, rank, world);
     // As pdcoll-bench: no in-place all-to-all (N/A).
-    r.in_place = o.collective == "all_to_all" ? pdcoll::bench::measurement{false} : measure(r.count, true, o, rank, world);
+    r.in_place = to_all ? pdcoll::bench::measurement{false} : measure(r.count, true, o, rank, world);
     if (report) report->add(r);
   }
   const long long wrong = report ? report->finish() : 0;

@@ -23,6 +23,14 @@ if(PDCOLL_BUILD_EXAMPLES)
   set_tests_properties(examples.hybrid_parallel.uring.n6 PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
   set_tests_properties(examples.hybrid_parallel.n4 examples.hybrid_parallel.uring.n6
                        PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
+  # Mixture-of-experts dispatch and combine (all_to_allv): 4 ranks over
+  # libfabric (shm), 5 over io_uring with 101 tokens of 24 floats.
+  add_test(NAME examples.moe_dispatch.n4 COMMAND ${PDCOLL_RUN} -n 4 --timeout 120 $<TARGET_FILE:moe_dispatch>)
+  add_test(NAME examples.moe_dispatch.uring.n5
+           COMMAND ${PDCOLL_RUN} -n 5 --timeout 120 $<TARGET_FILE:moe_dispatch> 101 24)
+  set_tests_properties(examples.moe_dispatch.uring.n5 PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
+  set_tests_properties(examples.moe_dispatch.n4 examples.moe_dispatch.uring.n5
+                       PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
   # memory_domains on each transport: direct over libfabric, staged over io_uring.
   foreach(transport IN ITEMS shm tcp uring)
     add_test(NAME examples.memory_domains.${transport}
