@@ -18,7 +18,6 @@
 #include <charconv>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <span>
 #include <string>
 #include <string_view>
