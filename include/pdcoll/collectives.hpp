@@ -251,8 +251,9 @@ struct variable_extents {
 
 /// Checks the four arrays of a v form of P ranks over elements of
 /// `element_size` bytes: each has P entries (invalid_argument); every
-/// block's end fits a size_t in bytes (count_overflow); the block to itself
-/// is as long as the block from itself (invalid_argument); receive blocks do
+/// non-empty block's end fits a size_t in bytes (count_overflow; an empty
+/// block's displacement may be anything, as in MPI); the block to itself is
+/// as long as the block from itself (invalid_argument); receive blocks do
 /// not overlap each other (overlapping_buffers).
 inline variable_extents check_variable_blocks(std::size_t P, std::size_t rank, std::size_t element_size,
                                               std::span<const std::size_t> send_counts,
@@ -274,17 +275,15 @@ inline variable_extents check_variable_blocks(std::size_t P, std::size_t rank, s
   std::vector<std::pair<std::size_t, std::size_t>> received;  // (displacement, end) of non-empty receive blocks
   received.reserve(P);
   for (std::size_t p = 0; p < P; ++p) {
-    auto send_end = end_of(send_displs[p], send_counts[p]);
-    auto recv_end = end_of(recv_displs[p], recv_counts[p]);
+    auto send_end = send_counts[p] ? end_of(send_displs[p], send_counts[p]) : std::optional<std::size_t>(0);
+    auto recv_end = recv_counts[p] ? end_of(recv_displs[p], recv_counts[p]) : std::optional<std::size_t>(0);
     if (!send_end || !recv_end) {
       e.invalid = make_error_code(errc::count_overflow);
       return e;
     }
-    if (send_counts[p]) e.input_elems = std::max(e.input_elems, *send_end);
-    if (recv_counts[p]) {
-      e.output_elems = std::max(e.output_elems, *recv_end);
-      received.emplace_back(recv_displs[p], *recv_end);
-    }
+    e.input_elems = std::max(e.input_elems, *send_end);
+    e.output_elems = std::max(e.output_elems, *recv_end);
+    if (recv_counts[p]) received.emplace_back(recv_displs[p], *recv_end);
   }
   std::sort(received.begin(), received.end());
   for (std::size_t i = 1; i < received.size(); ++i)
@@ -316,8 +315,11 @@ collective_spec make_variable_spec(const communicator& comm, collective_kind kin
   }
   s.input.region.length = extents.input_elems * sizeof(T);
   s.output.region.length = extents.output_elems * sizeof(T);
+  // This rank's receive block, for the in-place form (an empty one's
+  // displacement is unchecked, but its input is empty and overlaps nothing).
   const auto form = input_in_output ? in_place_form::input_in_output : in_place_form::none;
-  if (!s.invalid && overlaps_wrongly(s.input, s.output, form, recv_displs[me] * sizeof(T)))
+  const std::size_t own_block = recv_counts[me] ? recv_displs[me] * sizeof(T) : 0;
+  if (!s.invalid && overlaps_wrongly(s.input, s.output, form, own_block))
     s.invalid = make_error_code(errc::overlapping_buffers);
   if (s.invalid) return s;
   s.peer_blocks.reserve(4 * P);
@@ -554,16 +556,22 @@ collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
 /// rank p, which stores them as `recv_counts[r]` elements of its `out` at
 /// `recv_displs[r]`. Counts and displacements are elements, world_size()
 /// of each (invalid_argument otherwise, or when send_counts[rank] differs
-/// from recv_counts[rank]). Every block must lie in its buffer
-/// (buffer_too_small); receive blocks must not overlap each other, nor the
-/// input (overlapping_buffers): there is no in-place form. A send count
-/// that differs from its receiver's receive count completes every rank with
-/// errc::collective_mismatch (each pair of ranks exchanges one message,
-/// empty blocks included, and the receiver checks its length). Algo:
-/// algo::automatic (direct where ranks share a host, pairwise otherwise),
-/// algo::direct or algo::pairwise. Device memory the transport cannot reach
-/// is staged whole (not in chunks): host memory of the input's and the
-/// output's extent.
+/// from recv_counts[rank]). Every non-empty block must lie in its buffer
+/// (buffer_too_small; an empty block's displacement may be anything);
+/// receive blocks must not overlap each other, and the input's extent (up
+/// to its last block's end) must not overlap the output's
+/// (overlapping_buffers): there is no in-place form. Arguments are checked
+/// on each rank alone: a rank whose call is refused sends nothing, and its
+/// peers wait for it until their deadline. A send count that differs from
+/// its receiver's receive count fails the receiving rank with
+/// errc::collective_mismatch and aborts the communicator (each pair of ranks
+/// exchanges one message, empty blocks included, and the receiver checks
+/// its length); ranks that finish before the abort reaches them fail their
+/// next collective. Algo: algo::automatic (direct where ranks share a host
+/// and the buffers are reached directly, pairwise otherwise), algo::direct
+/// or algo::pairwise. Device memory the transport cannot reach is staged
+/// whole (not in chunks): host memory of the input's and the output's
+/// extent.
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender all_to_allv(communicator& comm, In&& in, std::span<const std::size_t> send_counts,
                               std::span<const std::size_t> send_displs, Out&& out,
@@ -592,9 +600,10 @@ collective_sender all_to_allv(communicator& comm, In&& in, std::span<const std::
 /// rank p's first `recv_counts[p]` elements of `in` land in every rank's
 /// `out` at `recv_displs[p]`. Every rank passes the same `recv_counts` and
 /// `recv_displs` (world_size() entries each; a count on which ranks
-/// disagree completes every rank with errc::collective_mismatch). Receive
-/// blocks must lie in `out` (buffer_too_small) and not overlap each other
-/// (overlapping_buffers). In place, as MPI_IN_PLACE: `in` is this rank's
+/// disagree fails a rank that receives that block with
+/// errc::collective_mismatch and aborts the communicator, as all_to_allv).
+/// Non-empty receive blocks must lie in `out` (buffer_too_small) and not
+/// overlap each other (overlapping_buffers). In place, as MPI_IN_PLACE: `in` is this rank's
 /// block of `out`, `out.subspan(recv_displs[rank], recv_counts[rank])`; any
 /// other overlap is errc::overlapping_buffers. Algo: algo::automatic
 /// (direct where ranks share a host, pairwise otherwise), algo::direct or

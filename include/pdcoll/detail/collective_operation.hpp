@@ -883,11 +883,12 @@ class collective_op_base : public collective_context, public operation_base {
     pump_staged();
   }
 
-  // The v forms' staged path: one chunk, the input and output each copied
-  // whole into a host buffer laid out as the user's (the blocks' sizes
-  // differ by peer, so a slice of every block would need an agreement on the
-  // largest that every rank would have to exchange first). Host memory is
-  // the input's and the output's extent, not bounded by the chunk size.
+  // The v forms' staged path: one chunk over host buffers laid out as the
+  // user's, the input copied in whole and the output's blocks copied back
+  // (copy_whole). The blocks' sizes differ by peer, so a slice of every
+  // block would need an agreement on the largest that every rank would
+  // have to exchange first. Host memory is the input's and the output's
+  // extent, not bounded by the chunk size.
   void start_staged_whole() {
     chunks_ = 1;
     slots_ = std::make_unique<staged_chunk[]>(1);
@@ -1132,7 +1133,7 @@ class collective_operation final : public collective_op_base {
   using operation_state_concept = exec::operation_state_t;  ///< marks this type as an operation state
 
   /// Takes the spec over (a temporary or a moved-from sender's: one move of
-  /// its 248 bytes on the way in, not one per constructor).
+  /// its 272 bytes on the way in, not one per constructor).
   collective_operation(communicator& comm, collective_spec&& spec, R rcvr) noexcept(
       std::is_nothrow_move_constructible_v<R>)
       : collective_op_base(comm, std::move(spec)), rcvr_(std::move(rcvr)) {}
