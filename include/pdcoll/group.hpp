@@ -9,7 +9,8 @@
 //
 // Its communicator has its own transport endpoint, sequence numbers, abort
 // state and deadlines: a collective on one group never pairs with one on
-// another, and groups' collectives may be in flight at once.
+// another, and groups' collectives may be in flight at once. A group can be
+// split again (group::split, as MPI_Comm_split on a sub-communicator).
 #pragma once
 
 #include <pdcoll/collectives.hpp>
@@ -18,12 +19,15 @@
 #include <pdcoll/exec/sync_wait.hpp>
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace pdcoll {
+
+class job;
 
 /// A sub-group of a job's ranks and its communicator. Move-only. Destroying
 /// it runs a barrier on its communicator first (unless it was aborted,
@@ -34,9 +38,10 @@ namespace pdcoll {
 class group {
  public:
   /// Takes a communicator over the members `job_ranks` (job ranks, indexed
-  /// by rank in the group).
-  group(std::unique_ptr<communicator> comm, std::vector<int> job_ranks)
-      : comm_(std::move(comm)), job_ranks_(std::move(job_ranks)) {}
+  /// by rank in the group) of `owner`'s job; `store_prefix` names the group
+  /// in the job's store (its sub-groups' keys go under it).
+  group(job& owner, std::unique_ptr<communicator> comm, std::vector<int> job_ranks, std::string store_prefix)
+      : job_(&owner), comm_(std::move(comm)), job_ranks_(std::move(job_ranks)), prefix_(std::move(store_prefix)) {}
 
   /// Takes `other`'s communicator; `other` is left empty.
   group(group&&) noexcept = default;
@@ -44,8 +49,11 @@ class group {
   group& operator=(group&& other) noexcept {
     if (this != &other) {
       finish();
+      job_ = other.job_;
       comm_ = std::move(other.comm_);
       job_ranks_ = std::move(other.job_ranks_);
+      prefix_ = std::move(other.prefix_);
+      splits_ = other.splits_;
     }
     return *this;
   }
@@ -62,7 +70,25 @@ class group {
   /// Each member's rank in the job, indexed by its rank in the group.
   std::span<const int> job_ranks() const noexcept { return job_ranks_; }
 
+  /// Splits this group's members as job::split splits the job's (colors,
+  /// keys, ties by rank in this group, no_color, nullopt): every member
+  /// calls it, its splits in the same order, while no other thread uses
+  /// the job's store. The members' requests meet in one all_gather on this
+  /// group's communicator (bounded by twice the job's deadline); the new
+  /// group's endpoint then sets up through the job's store, as the job's
+  /// splits do. Errors as job::split's, on every member of this group; a
+  /// failed all_gather (a member gone) throws its error and aborts this
+  /// group. The job must outlive both groups. Defined in job.hpp.
+  std::optional<group> split(int color, int key);
+  /// split(color, key) with the rank in this group as key: the order kept.
+  std::optional<group> split(int color) { return split(color, rank()); }
+
+  /// The job's store prefix of this group's split number `n`.
+  std::string split_prefix(int n) const { return prefix_ + "/s" + std::to_string(n) + "/"; }
+
  private:
+  friend class job;
+
   void finish() noexcept {
     if (!comm_) return;
     if (!comm_->aborted()) {
@@ -75,8 +101,11 @@ class group {
     comm_.reset();
   }
 
+  job* job_ = nullptr;
   std::unique_ptr<communicator> comm_;
   std::vector<int> job_ranks_;
+  std::string prefix_;
+  int splits_ = 0;
 };
 
 }  // namespace pdcoll

@@ -17,11 +17,13 @@
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/detail/env.hpp>
 #include <pdcoll/detail/log.hpp>
+#include <pdcoll/exec/with_deadline.hpp>
 #include <pdcoll/group.hpp>
 #include <pdcoll/transport/libfabric/endpoint.hpp>
 #include <pdcoll/transport/uring_tcp/endpoint.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -149,10 +151,8 @@ class job {
   /// error if they were waiting on it there). The all_gather waits twice
   /// the job's deadline, for ranks still failing an earlier split's setup.
   std::optional<group> split(int color, int key) {
-    std::string refusal;
-    if (color < bootstrap::no_color)
-      refusal = "split color " + std::to_string(color) + " is negative and not no_color (-1)";
-    return make_group({refusal.empty() ? color : bootstrap::no_color, key, split_agreement, refusal.empty()}, refusal);
+    const std::string refusal = color_refusal(color);
+    return make_group(split_request_of(color, key, refusal), refusal);
   }
   /// split(color, key) with the job rank as key: groups keep the job's order.
   std::optional<group> split(int color) { return split(color, rank()); }
@@ -194,8 +194,20 @@ class job {
   }
 
  private:
+  friend class group;  // group::split runs split_group
+
   /// The agreement every rank of a split() passes (new_group passes a digest).
   static constexpr std::uint64_t split_agreement = 0;
+
+  /// Why `color` is refused as a split's color; empty when it is not.
+  static std::string color_refusal(int color) {
+    if (color >= bootstrap::no_color) return {};
+    return "split color " + std::to_string(color) + " is negative and not no_color (-1)";
+  }
+  /// A split's request (an invalid one, joining nothing, when refused).
+  static bootstrap::split_request split_request_of(int color, int key, const std::string& refusal) {
+    return {refusal.empty() ? color : bootstrap::no_color, key, split_agreement, refusal.empty()};
+  }
 
   /// An endpoint of the job's transport for `rank` of `size`, set up through `exchange`.
   std::unique_ptr<transport::endpoint> make_endpoint(int rank, int size, const transport::address_exchange& exchange,
@@ -232,13 +244,50 @@ class job {
     // for it: the store's deadline plus the transport's (both timeout_).
     const auto gathered = store_->all_gather(bootstrap::encode(mine), 2 * timeout_);
     // Every rank is past split number - 1, so its groups' keys are read:
-    // free them (the store keeps keys until erased).
+    // free them (the store keeps keys until erased), nested splits' too.
     if (rank() == 0 && number > 0) store_->erase_prefix(split_prefix(number - 1));
     std::vector<bootstrap::split_request> requests;
     requests.reserve(gathered.size());
     for (const auto& text : gathered) requests.push_back(bootstrap::decode_split_request(text));
+    const std::string label = "split #" + std::to_string(number);
+    check_requests(requests, mine, refusal, label);
+    std::vector<int> members = bootstrap::split_members(requests, rank());
+    if (members.empty()) return std::nullopt;
+    return join_group(std::move(members), split_prefix(number) + std::to_string(mine.color), label, mine.color);
+  }
+
+  /// group::split: the requests of `parent`'s members meet in an all_gather
+  /// on its communicator, and the group's keys go under its store prefix.
+  std::optional<group> split_group(group& parent, const bootstrap::split_request& mine, const std::string& refusal) {
+    const int number = parent.splits_++;
+    const std::array<std::int64_t, 4> contribution{mine.valid ? 1 : 0, mine.color, mine.key,
+                                                   static_cast<std::int64_t>(mine.agreement)};
+    std::vector<std::int64_t> all(contribution.size() * static_cast<std::size_t>(parent.world_size()));
+    exec::sync_wait(pdcoll::all_gather(parent.comm(), std::span<const std::int64_t>(contribution),
+                                       std::span<std::int64_t>(all)) |
+                    exec::with_deadline(2 * timeout_));
+    // Every member is past the parent's split number - 1: free its keys.
+    if (parent.rank() == 0 && number > 0) store_->erase_prefix(parent.split_prefix(number - 1));
+    std::vector<bootstrap::split_request> requests(static_cast<std::size_t>(parent.world_size()));
+    for (std::size_t p = 0; p < requests.size(); ++p) {
+      const std::int64_t* r = &all[p * contribution.size()];
+      requests[p] = {static_cast<int>(r[1]), static_cast<int>(r[2]), static_cast<std::uint64_t>(r[3]), r[0] == 1};
+    }
+    const std::string label = "split #" + std::to_string(number) + " of group " + parent.prefix_;
+    check_requests(requests, mine, refusal, label);
+    std::vector<int> members = bootstrap::split_members(requests, parent.rank());
+    if (members.empty()) return std::nullopt;
+    for (int& m : members) m = parent.job_ranks_[static_cast<std::size_t>(m)];  // ranks in the parent -> the job
+    return join_group(std::move(members), parent.split_prefix(number) + std::to_string(mine.color), label, mine.color);
+  }
+
+  /// Fails a split (`label`) on every rank that gathered `requests` when any
+  /// rank's arguments were refused or the ranks called different splits.
+  static void check_requests(const std::vector<bootstrap::split_request>& requests,
+                             const bootstrap::split_request& mine, const std::string& refusal,
+                             const std::string& label) {
     auto fail = [&](errc code, const std::string& why) {
-      throw std::system_error(make_error_code(code), "split #" + std::to_string(number) + ": " + why);
+      throw std::system_error(make_error_code(code), label + ": " + why);
     };
     if (!mine.valid) fail(errc::invalid_argument, refusal);
     for (std::size_t r = 0; r < requests.size(); ++r)
@@ -247,26 +296,27 @@ class job {
       if (r.agreement != mine.agreement)
         fail(errc::collective_mismatch,
              "ranks called different splits (split and new_group, or new_group with different rank lists)");
-    std::vector<int> members = bootstrap::split_members(requests, rank());
-    if (members.empty()) return std::nullopt;
+  }
+
+  /// Builds this rank's group of `members` (job ranks, in group order): its
+  /// endpoint set up through the store under `name`, then the closing round.
+  group join_group(std::vector<int> members, const std::string& name, const std::string& label, int color) {
     const int size = static_cast<int>(members.size());
     const int index = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
-    const std::string name = split_prefix(number) + std::to_string(mine.color);
     bootstrap::group_rendezvous rendezvous(*store_, name, size, index);
     std::unique_ptr<communicator> comm;
     try {
       auto ep = make_endpoint(index, size, rendezvous.exchange(), token_ + "/" + name);
       detail::log(detail::log_level::info, rank(),
-                  "split #" + std::to_string(number) + ": rank " + std::to_string(index) + " of a " +
-                      std::to_string(size) + "-rank group (color " + std::to_string(mine.color) + ") over " +
-                      ep->name());
+                  label + ": rank " + std::to_string(index) + " of a " + std::to_string(size) + "-rank group (color " +
+                      std::to_string(color) + ") over " + ep->name());
       comm = std::make_unique<communicator>(std::move(ep), options_.communicator);
     } catch (const std::exception& e) {
       rendezvous.fail(e.what());
       throw;
     }
     rendezvous.conclude();  // every member keeps the group, or none does
-    return group(std::move(comm), std::move(members));
+    return group(*this, std::move(comm), std::move(members), name);
   }
 
   std::unique_ptr<bootstrap::store> store_;
@@ -276,5 +326,10 @@ class job {
   int splits_ = 0;
   std::unique_ptr<communicator> comm_;
 };
+
+inline std::optional<group> group::split(int color, int key) {
+  const std::string refusal = job::color_refusal(color);
+  return job_->split_group(*this, job::split_request_of(color, key, refusal), refusal);
+}
 
 }  // namespace pdcoll

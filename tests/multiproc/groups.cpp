@@ -157,6 +157,50 @@ TEST_CASE("groups made and dropped one after another") {
   }
 }
 
+TEST_CASE("a group split again, three levels deep, with the job splitting between") {
+  auto& j = the_job();
+  const int P = j.world_size(), me = j.rank();
+  // Parity groups in job order; job rank `parity[i]` is group rank i.
+  auto g = j.split(me % 2);
+  REQUIRE(g.has_value());
+  std::vector<int> parity;
+  for (int r = me % 2; r < P; r += 2) parity.push_back(r);
+  check_group(g, parity, 700);
+  const int n = g->world_size(), i = g->rank();
+  auto in_job = [&](const std::vector<int>& group_ranks) {
+    std::vector<int> job_ranks;
+    for (int k : group_ranks) job_ranks.push_back(parity[static_cast<std::size_t>(k)]);
+    return job_ranks;
+  };
+  // Halves of each parity group, ordered by descending group rank.
+  auto half_of = [n](int k) { return k < (n + 1) / 2 ? 0 : 1; };
+  auto reversed = [](int k) { return -k; };
+  auto half = g->split(half_of(i), reversed(i));
+  check_group(half, in_job(expected_members(n, half_of(i), half_of, reversed)), 710);
+  // A job split between nested ones; then the parity group again, without its rank 0.
+  check_group(j.split(0), expected_members(P, 0, [](int) { return 0; }, [](int r) { return r; }), 720);
+  auto rest = g->split(i == 0 ? bootstrap::no_color : 0);
+  std::vector<int> others;
+  for (int k = 1; k < n; ++k) others.push_back(k);
+  check_group(rest, i == 0 ? std::vector<int>{} : in_job(others), 730);
+  // The half split once more: the same members, in its order.
+  REQUIRE(half.has_value());
+  auto again = half->split(0);
+  REQUIRE(again.has_value());
+  check_group(again, std::vector<int>(half->job_ranks().begin(), half->job_ranks().end()), 740);
+  // Bad arguments on one member fail every member of the parent, which stays usable.
+  auto code_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const std::system_error& e) {
+      return e.code();
+    }
+    return std::error_code{};
+  };
+  CHECK(code_of([&] { (void)g->split(i == n - 1 ? -5 : 0); }) == errc::invalid_argument);
+  check_group(g->split(0), parity, 750);
+}
+
 TEST_CASE("bad splits fail on every rank and leave the job usable") {
   auto& j = the_job();
   const int P = j.world_size(), me = j.rank();
