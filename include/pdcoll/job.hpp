@@ -77,6 +77,190 @@ struct job_options {
   }
 };
 
+namespace detail {
+
+/// Makes a job's groups and its groups' groups: the endpoint factory of the
+/// job's transport and options, the split protocol through the job's store,
+/// and the store's key layout. The job and every group made from it share
+/// it (group.hpp's group_source): the job's store is reached through a
+/// pointer the job clears when it ends.
+///
+/// Store keys: split n of the job meets at `pdcoll/split/<n>/<color>` (the
+/// group's endpoint rendezvous) and names the group `pdcoll/group/<n>/<color>`;
+/// split k of group G meets at `G/split/<k>/<color>` and names its group
+/// `G/group/<k>/<color>`. Rendezvous keys and group names are separate
+/// trees, so erasing a finished split's rendezvous keys never touches a
+/// group that is splitting meanwhile.
+class group_maker final : public group_source, public std::enable_shared_from_this<group_maker> {
+ public:
+  /// For job rank `job_rank`, over `store` (the job's, which outlives this
+  /// object or calls detach() first).
+  group_maker(bootstrap::store& store, job_options options, std::string token, std::chrono::milliseconds timeout,
+              int job_rank)
+      : store_(&store), options_(std::move(options)), token_(std::move(token)), timeout_(timeout), rank_(job_rank) {}
+
+  /// The job's store is gone: later splits of its groups fail, and no keys are erased.
+  void detach() noexcept { store_ = nullptr; }
+
+  /// An endpoint of the job's transport for `rank` of `size`, set up through `exchange`.
+  std::unique_ptr<transport::endpoint> make_endpoint(int rank, int size, const transport::address_exchange& exchange,
+                                                     const std::string& token) const {
+    if (options_.transport == "libfabric") {
+      transport::libfabric::options o;
+      o.provider = options_.provider;
+      return transport::libfabric::make_endpoint(rank, size, exchange, o);
+    }
+    if (options_.transport == "uring" || options_.transport == "uring_tcp") {
+      transport::uring_tcp::options o;
+      o.token = token;
+      o.timeout = timeout_;
+      o.zero_copy_threshold = options_.uring_zero_copy_bytes;
+      o.directional_connections = options_.uring_directional;
+      o.congestion_control = options_.uring_congestion;
+      o.receiving = options_.uring_receiving;
+      return transport::uring_tcp::make_endpoint(rank, size, exchange, o);
+    }
+    throw std::system_error(make_error_code(errc::invalid_argument),
+                            "PDCOLL_TRANSPORT=" + options_.transport + " is not one of libfabric, uring");
+  }
+
+  /// The agreement every rank of a split passes (new_group passes a digest).
+  static constexpr std::uint64_t split_agreement = 0;
+
+  /// Why `color` is refused as a split's color; empty when it is not.
+  static std::string color_refusal(int color) {
+    if (color >= bootstrap::no_color) return {};
+    return "split color " + std::to_string(color) + " is negative and not no_color (-1)";
+  }
+  /// A split's request (an invalid one, joining nothing, when refused).
+  static bootstrap::split_request split_request_of(int color, int key, const std::string& refusal) {
+    return {refusal.empty() ? color : bootstrap::no_color, key, split_agreement, refusal.empty()};
+  }
+
+  /// A split of the job: every rank's request through one store all_gather,
+  /// then this rank's group, if it has one; `refusal` says why this rank's
+  /// own request is invalid.
+  std::optional<group> split_job(const bootstrap::split_request& mine, const std::string& refusal) {
+    auto& store = attached();
+    const int number = splits_++;
+    // A member of a group whose setup failed inside the transport (a connect
+    // to a member that is gone) arrives up to one transport deadline late;
+    // a store collective that times out breaks the store for good, so wait
+    // for it: the store's deadline plus the transport's (both timeout_).
+    const auto gathered = store.all_gather(bootstrap::encode(mine), 2 * timeout_);
+    // Every rank is past split number - 1, so its rendezvous keys are read:
+    // free them (the store keeps keys until erased).
+    if (rank_ == 0 && number > 0) store.erase_prefix(rendezvous_root(number - 1));
+    std::vector<bootstrap::split_request> requests;
+    requests.reserve(gathered.size());
+    for (const auto& text : gathered) requests.push_back(bootstrap::decode_split_request(text));
+    const std::string label = "split #" + std::to_string(number);
+    check_requests(requests, mine, refusal, label);
+    std::vector<int> members = bootstrap::split_members(requests, rank_);
+    if (members.empty()) return std::nullopt;
+    return join_group(std::move(members), rendezvous_root(number) + std::to_string(mine.color),
+                      "pdcoll/group/" + std::to_string(number) + "/" + std::to_string(mine.color), label, mine.color);
+  }
+
+  /// group::split: the requests of `parent`'s members meet in an all_gather
+  /// on its communicator; the rest as split_job, under the parent's prefix.
+  std::optional<group> split(group& parent, int color, int key) override {
+    auto& store = attached();
+    const std::string refusal = color_refusal(color);
+    const bootstrap::split_request mine = split_request_of(color, key, refusal);
+    const int number = parent.next_split();
+    const std::array<std::int64_t, 4> contribution{mine.valid ? 1 : 0, mine.color, mine.key,
+                                                   static_cast<std::int64_t>(mine.agreement)};
+    std::vector<std::int64_t> all(contribution.size() * static_cast<std::size_t>(parent.world_size()));
+    exec::sync_wait(pdcoll::all_gather(parent.comm(), std::span<const std::int64_t>(contribution),
+                                       std::span<std::int64_t>(all)) |
+                    exec::with_deadline(2 * timeout_));
+    // Every member is past the parent's split number - 1: free its rendezvous keys.
+    if (parent.rank() == 0 && number > 0) store.erase_prefix(parent.split_prefix(number - 1));
+    std::vector<bootstrap::split_request> requests(static_cast<std::size_t>(parent.world_size()));
+    for (std::size_t p = 0; p < requests.size(); ++p) {
+      const std::int64_t* r = &all[p * contribution.size()];
+      requests[p] = {static_cast<int>(r[1]), static_cast<int>(r[2]), static_cast<std::uint64_t>(r[3]), r[0] == 1};
+    }
+    const std::string label = "split #" + std::to_string(number) + " of a group (job rank " + std::to_string(rank_) +
+                              " is its rank " + std::to_string(parent.rank()) + ")";
+    check_requests(requests, mine, refusal, label);
+    std::vector<int> members = bootstrap::split_members(requests, parent.rank());
+    if (members.empty()) return std::nullopt;
+    const auto job_ranks = parent.job_ranks();
+    for (int& m : members) m = job_ranks[static_cast<std::size_t>(m)];  // ranks in the parent -> the job
+    return join_group(std::move(members), parent.split_prefix(number) + std::to_string(mine.color),
+                      parent.child_prefix(number, mine.color), label, mine.color);
+  }
+
+  void release(const std::string& prefix) noexcept override {
+    if (!store_) return;
+    try {
+      store_->erase_prefix(prefix);
+    } catch (const std::exception& e) {
+      detail::log(detail::log_level::warn, rank_, "freeing a group's store keys failed: " + std::string(e.what()));
+    }
+  }
+
+ private:
+  /// The store's rendezvous keys of the job's split `number`.
+  static std::string rendezvous_root(int number) { return "pdcoll/split/" + std::to_string(number) + "/"; }
+
+  bootstrap::store& attached() const {
+    if (!store_) throw std::system_error(make_error_code(errc::aborted), "split: the job this group came from has ended");
+    return *store_;
+  }
+
+  /// Fails a split (`label`) on every rank that gathered `requests` when any
+  /// rank's arguments were refused or the ranks called different splits.
+  static void check_requests(const std::vector<bootstrap::split_request>& requests,
+                             const bootstrap::split_request& mine, const std::string& refusal,
+                             const std::string& label) {
+    auto fail = [&](errc code, const std::string& why) {
+      throw std::system_error(make_error_code(code), label + ": " + why);
+    };
+    if (!mine.valid) fail(errc::invalid_argument, refusal);
+    for (std::size_t r = 0; r < requests.size(); ++r)
+      if (!requests[r].valid) fail(errc::invalid_argument, "rank " + std::to_string(r) + "'s arguments were refused");
+    for (const auto& r : requests)
+      if (r.agreement != mine.agreement)
+        fail(errc::collective_mismatch,
+             "ranks called different splits (split and new_group, or new_group with different rank lists)");
+  }
+
+  /// This rank's group of `members` (job ranks, in group order): its
+  /// endpoint set up through the store at `rendezvous`, then the closing
+  /// round; the group is named `name` in the store.
+  group join_group(std::vector<int> members, const std::string& rendezvous, std::string name, const std::string& label,
+                   int color) {
+    const int size = static_cast<int>(members.size());
+    const int index = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    bootstrap::group_rendezvous meeting(attached(), rendezvous, size, index);
+    std::unique_ptr<communicator> comm;
+    try {
+      auto ep = make_endpoint(index, size, meeting.exchange(), token_ + "/" + rendezvous);
+      detail::log(detail::log_level::info, rank_,
+                  label + ": rank " + std::to_string(index) + " of a " + std::to_string(size) + "-rank group (color " +
+                      std::to_string(color) + ") over " + ep->name());
+      comm = std::make_unique<communicator>(std::move(ep), options_.communicator);
+    } catch (const std::exception& e) {
+      meeting.fail(e.what());
+      throw;
+    }
+    meeting.conclude();  // every member keeps the group, or none does
+    return group(shared_from_this(), std::move(comm), std::move(members), std::move(name));
+  }
+
+  bootstrap::store* store_;
+  job_options options_;
+  std::string token_;
+  std::chrono::milliseconds timeout_;
+  int rank_;
+  int splits_ = 0;
+};
+
+}  // namespace detail
+
 /// This process's membership of a job: the rendezvous store and the world
 /// communicator. Destroying it runs a final barrier through the store (so no
 /// rank tears its endpoint down while a peer still reads from it), bounded by
@@ -96,14 +280,12 @@ class job {
   /// Joins with explicit launch information.
   job(const bootstrap::launch_info& info, const job_options& options)
       : store_(std::make_unique<bootstrap::store>(bootstrap::store::connect(info))),
-        options_(options),
-        token_(info.token),
-        timeout_(info.timeout) {
-    auto ep = make_endpoint(info.rank, info.world_size, store_->exchange(), token_);
+        groups_(std::make_shared<detail::group_maker>(*store_, options, info.token, info.timeout, info.rank)) {
+    auto ep = groups_->make_endpoint(info.rank, info.world_size, store_->exchange(), info.token);
     detail::log(detail::log_level::info, info.rank,
                 "joined a " + std::to_string(info.world_size) + "-rank job launched by " + info.launcher +
                     " over " + ep->name());
-    comm_ = std::make_unique<communicator>(std::move(ep), options_.communicator);
+    comm_ = std::make_unique<communicator>(std::move(ep), options.communicator);
   }
 
   job(job&&) noexcept = default;
@@ -120,6 +302,7 @@ class job {
       }
     }
     comm_.reset();
+    groups_->detach();  // groups that outlive the job split no more
     store_.reset();
   }
 
@@ -151,8 +334,8 @@ class job {
   /// error if they were waiting on it there). The all_gather waits twice
   /// the job's deadline, for ranks still failing an earlier split's setup.
   std::optional<group> split(int color, int key) {
-    const std::string refusal = color_refusal(color);
-    return make_group(split_request_of(color, key, refusal), refusal);
+    const std::string refusal = detail::group_maker::color_refusal(color);
+    return groups_->split_job(detail::group_maker::split_request_of(color, key, refusal), refusal);
   }
   /// split(color, key) with the job rank as key: groups keep the job's order.
   std::optional<group> split(int color) { return split(color, rank()); }
@@ -184,9 +367,9 @@ class job {
       }
     }
     digest = (digest ^ ranks.size()) * 1099511628211ull;
-    if (digest == split_agreement) ++digest;
+    if (digest == detail::group_maker::split_agreement) ++digest;
     const bool member = key >= 0 && refusal.empty();
-    return make_group({member ? 0 : bootstrap::no_color, key, digest, refusal.empty()}, refusal);
+    return groups_->split_job({member ? 0 : bootstrap::no_color, key, digest, refusal.empty()}, refusal);
   }
   /// new_group over a braced list: `job.new_group({0, 2})`.
   std::optional<group> new_group(std::initializer_list<int> ranks) {
@@ -194,142 +377,9 @@ class job {
   }
 
  private:
-  friend class group;  // group::split runs split_group
-
-  /// The agreement every rank of a split() passes (new_group passes a digest).
-  static constexpr std::uint64_t split_agreement = 0;
-
-  /// Why `color` is refused as a split's color; empty when it is not.
-  static std::string color_refusal(int color) {
-    if (color >= bootstrap::no_color) return {};
-    return "split color " + std::to_string(color) + " is negative and not no_color (-1)";
-  }
-  /// A split's request (an invalid one, joining nothing, when refused).
-  static bootstrap::split_request split_request_of(int color, int key, const std::string& refusal) {
-    return {refusal.empty() ? color : bootstrap::no_color, key, split_agreement, refusal.empty()};
-  }
-
-  /// An endpoint of the job's transport for `rank` of `size`, set up through `exchange`.
-  std::unique_ptr<transport::endpoint> make_endpoint(int rank, int size, const transport::address_exchange& exchange,
-                                                     const std::string& token) const {
-    if (options_.transport == "libfabric") {
-      transport::libfabric::options o;
-      o.provider = options_.provider;
-      return transport::libfabric::make_endpoint(rank, size, exchange, o);
-    }
-    if (options_.transport == "uring" || options_.transport == "uring_tcp") {
-      transport::uring_tcp::options o;
-      o.token = token;
-      o.timeout = timeout_;
-      o.zero_copy_threshold = options_.uring_zero_copy_bytes;
-      o.directional_connections = options_.uring_directional;
-      o.congestion_control = options_.uring_congestion;
-      o.receiving = options_.uring_receiving;
-      return transport::uring_tcp::make_endpoint(rank, size, exchange, o);
-    }
-    throw std::system_error(make_error_code(errc::invalid_argument),
-                            "PDCOLL_TRANSPORT=" + options_.transport + " is not one of libfabric, uring");
-  }
-
-  /// The store's keys of split `number`'s groups.
-  static std::string split_prefix(int number) { return "pdcoll/split/" + std::to_string(number) + "/"; }
-
-  /// Gathers every rank's request and builds this rank's group, if it has
-  /// one; `refusal` says why this rank's own request is invalid.
-  std::optional<group> make_group(const bootstrap::split_request& mine, const std::string& refusal) {
-    const int number = splits_++;
-    // A member of a group whose setup failed inside the transport (a connect
-    // to a member that is gone) arrives up to one transport deadline late;
-    // a store collective that times out breaks the store for good, so wait
-    // for it: the store's deadline plus the transport's (both timeout_).
-    const auto gathered = store_->all_gather(bootstrap::encode(mine), 2 * timeout_);
-    // Every rank is past split number - 1, so its groups' keys are read:
-    // free them (the store keeps keys until erased), nested splits' too.
-    if (rank() == 0 && number > 0) store_->erase_prefix(split_prefix(number - 1));
-    std::vector<bootstrap::split_request> requests;
-    requests.reserve(gathered.size());
-    for (const auto& text : gathered) requests.push_back(bootstrap::decode_split_request(text));
-    const std::string label = "split #" + std::to_string(number);
-    check_requests(requests, mine, refusal, label);
-    std::vector<int> members = bootstrap::split_members(requests, rank());
-    if (members.empty()) return std::nullopt;
-    return join_group(std::move(members), split_prefix(number) + std::to_string(mine.color), label, mine.color);
-  }
-
-  /// group::split: the requests of `parent`'s members meet in an all_gather
-  /// on its communicator, and the group's keys go under its store prefix.
-  std::optional<group> split_group(group& parent, const bootstrap::split_request& mine, const std::string& refusal) {
-    const int number = parent.splits_++;
-    const std::array<std::int64_t, 4> contribution{mine.valid ? 1 : 0, mine.color, mine.key,
-                                                   static_cast<std::int64_t>(mine.agreement)};
-    std::vector<std::int64_t> all(contribution.size() * static_cast<std::size_t>(parent.world_size()));
-    exec::sync_wait(pdcoll::all_gather(parent.comm(), std::span<const std::int64_t>(contribution),
-                                       std::span<std::int64_t>(all)) |
-                    exec::with_deadline(2 * timeout_));
-    // Every member is past the parent's split number - 1: free its keys.
-    if (parent.rank() == 0 && number > 0) store_->erase_prefix(parent.split_prefix(number - 1));
-    std::vector<bootstrap::split_request> requests(static_cast<std::size_t>(parent.world_size()));
-    for (std::size_t p = 0; p < requests.size(); ++p) {
-      const std::int64_t* r = &all[p * contribution.size()];
-      requests[p] = {static_cast<int>(r[1]), static_cast<int>(r[2]), static_cast<std::uint64_t>(r[3]), r[0] == 1};
-    }
-    const std::string label = "split #" + std::to_string(number) + " of group " + parent.prefix_;
-    check_requests(requests, mine, refusal, label);
-    std::vector<int> members = bootstrap::split_members(requests, parent.rank());
-    if (members.empty()) return std::nullopt;
-    for (int& m : members) m = parent.job_ranks_[static_cast<std::size_t>(m)];  // ranks in the parent -> the job
-    return join_group(std::move(members), parent.split_prefix(number) + std::to_string(mine.color), label, mine.color);
-  }
-
-  /// Fails a split (`label`) on every rank that gathered `requests` when any
-  /// rank's arguments were refused or the ranks called different splits.
-  static void check_requests(const std::vector<bootstrap::split_request>& requests,
-                             const bootstrap::split_request& mine, const std::string& refusal,
-                             const std::string& label) {
-    auto fail = [&](errc code, const std::string& why) {
-      throw std::system_error(make_error_code(code), label + ": " + why);
-    };
-    if (!mine.valid) fail(errc::invalid_argument, refusal);
-    for (std::size_t r = 0; r < requests.size(); ++r)
-      if (!requests[r].valid) fail(errc::invalid_argument, "rank " + std::to_string(r) + "'s arguments were refused");
-    for (const auto& r : requests)
-      if (r.agreement != mine.agreement)
-        fail(errc::collective_mismatch,
-             "ranks called different splits (split and new_group, or new_group with different rank lists)");
-  }
-
-  /// Builds this rank's group of `members` (job ranks, in group order): its
-  /// endpoint set up through the store under `name`, then the closing round.
-  group join_group(std::vector<int> members, const std::string& name, const std::string& label, int color) {
-    const int size = static_cast<int>(members.size());
-    const int index = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
-    bootstrap::group_rendezvous rendezvous(*store_, name, size, index);
-    std::unique_ptr<communicator> comm;
-    try {
-      auto ep = make_endpoint(index, size, rendezvous.exchange(), token_ + "/" + name);
-      detail::log(detail::log_level::info, rank(),
-                  label + ": rank " + std::to_string(index) + " of a " + std::to_string(size) + "-rank group (color " +
-                      std::to_string(color) + ") over " + ep->name());
-      comm = std::make_unique<communicator>(std::move(ep), options_.communicator);
-    } catch (const std::exception& e) {
-      rendezvous.fail(e.what());
-      throw;
-    }
-    rendezvous.conclude();  // every member keeps the group, or none does
-    return group(*this, std::move(comm), std::move(members), name);
-  }
-
   std::unique_ptr<bootstrap::store> store_;
-  job_options options_;
-  std::string token_;
-  std::chrono::milliseconds timeout_;
-  int splits_ = 0;
+  std::shared_ptr<detail::group_maker> groups_;  // shared with the groups made from this job
   std::unique_ptr<communicator> comm_;
 };
-
-inline std::optional<group> group::split(int color, int key) {
-  const std::string refusal = job::color_refusal(color);
-  return job_->split_group(*this, job::split_request_of(color, key, refusal), refusal);
-}
 
 }  // namespace pdcoll

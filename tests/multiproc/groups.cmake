@@ -17,3 +17,13 @@ foreach(entry IN LISTS PDCOLL_GROUPS_RUNS)
   endforeach()
 endforeach()
 
+
+# A group that outlives its job: 3 ranks over shm and io_uring.
+pdcoll_multiproc_executable(multiproc_groups_outlive groups_outlive.cpp)
+foreach(entry IN ITEMS "shm|libfabric|shm" "uring|uring|")
+  pdcoll_transport_entry("${entry}" run)
+  add_test(NAME multiproc.groups_outlive.${run_name}.n3
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_groups_outlive>)
+  set_tests_properties(multiproc.groups_outlive.${run_name}.n3 PROPERTIES
+    ENVIRONMENT "${run_environment};PDCOLL_TIMEOUT_MS=30000" LABELS "multiproc;groups" TIMEOUT 120)
+endforeach()

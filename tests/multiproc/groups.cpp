@@ -183,11 +183,20 @@ TEST_CASE("a group split again, three levels deep, with the job splitting betwee
   std::vector<int> others;
   for (int k = 1; k < n; ++k) others.push_back(k);
   check_group(rest, i == 0 ? std::vector<int>{} : in_job(others), 730);
-  // The half split once more: the same members, in its order.
+  // The half split once more with equal keys: ties go by rank in the half
+  // (its descending order), not by job rank.
   REQUIRE(half.has_value());
-  auto again = half->split(0);
+  auto again = half->split(0, 0);
   REQUIRE(again.has_value());
   check_group(again, std::vector<int>(half->job_ranks().begin(), half->job_ranks().end()), 740);
+  // A fresh parity group, then a job split that only rank 0 joins: the
+  // others leave it at once and split their new group while rank 0 frees
+  // the store's keys of the split that made it.
+  auto fresh = j.split(me % 2);
+  REQUIRE(fresh.has_value());
+  auto alone = j.split(me == 0 ? 0 : bootstrap::no_color);
+  CHECK(alone.has_value() == (me == 0));
+  check_group(fresh->split(0, -i), in_job(expected_members(n, 0, [](int) { return 0; }, reversed)), 745);
   // Bad arguments on one member fail every member of the parent, which stays usable.
   auto code_of = [](auto&& call) {
     try {

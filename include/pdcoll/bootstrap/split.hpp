@@ -30,7 +30,7 @@ namespace pdcoll::bootstrap {
 inline constexpr int no_color = -1;
 
 /// One rank's part in a split: ranks of equal color form a sub-group, ordered
-/// by key, ties broken by job rank.
+/// by key, ties broken by rank in the group being split (the job, or a group).
 struct split_request {
   int color = no_color;  ///< sub-group to join, >= 0; no_color joins none
   int key = 0;           ///< order within the sub-group
@@ -69,9 +69,10 @@ inline split_request decode_split_request(std::string_view text) {
   return r;
 }
 
-/// The job ranks of `rank`'s sub-group, in sub-group rank order: every rank
-/// whose color equals `rank`'s, sorted by key and then by job rank. Empty
-/// when `rank`'s color is no_color.
+/// The ranks of `rank`'s sub-group (indices into `requests`: ranks in the
+/// job or group being split), in sub-group rank order: every rank whose
+/// color equals `rank`'s, sorted by key and then by index. Empty when
+/// `rank`'s color is no_color.
 inline std::vector<int> split_members(std::span<const split_request> requests, int rank) {
   const int color = requests[static_cast<std::size_t>(rank)].color;
   std::vector<int> members;
