@@ -21,7 +21,8 @@
 #
 # Options: --min BYTES (4K) --max BYTES (64M) --factor F (4) --iters N (40)
 # --warmup N (5) --ranks "2 4" --collectives "broadcast reduce all_to_all
-# all_gather reduce_scatter" --algos "automatic" (pdcoll-bench --algo values
+# all_gather reduce_scatter" (all_to_allv too on request: all-to-all's equal
+# blocks through the v forms, beside MPI_Alltoallv) --algos "automatic" (pdcoll-bench --algo values
 # besides the message algorithm, which always runs) --rounds N (2)
 # --out FILE (bench/results/collectives.md) --build DIR (build-bench) --no-build
 set -euo pipefail
@@ -61,7 +62,7 @@ command -v mpirun >/dev/null || { echo "compare_collectives.sh: mpirun is missin
 message_algorithm() {
   case "$1" in
     broadcast | reduce) echo tree ;;
-    all_to_all) echo pairwise ;;
+    all_to_all | all_to_allv) echo pairwise ;;
     *) echo ring ;;
   esac
 }
@@ -84,7 +85,7 @@ for ((round = 1; round <= rounds; ++round)); do
       # In place, but all-to-all's out-of-place columns: pdcoll-bench
       # prints busbw at $13 (in place) or $9; the MPI bench one column earlier.
       col=13 mcol=12
-      [[ $c == all_to_all ]] && col=9 mcol=8
+      [[ $c == all_to_all || $c == all_to_allv ]] && col=9 mcol=8
       for a in $(message_algorithm "$c") $algos; do
         log=$(tools/pdcoll-run -n "$n" "$bench" --transport shm --collective "$c" --algo "$a" "${sweep[@]}" 2>&1) || failed=1
         grep -q "Out of bounds values : 0 OK" <<<"$log" || { echo "pdcoll $c $a on $n ranks failed:" >&2; tail -5 <<<"$log" >&2; failed=1; }
@@ -115,7 +116,7 @@ def size(b):
 def spread(v):
     return "-" if not v else f"{min(v):.2f}" if max(v) - min(v) < 0.005 else f"{min(v):.2f}–{max(v):.2f}"
 series = sorted({s for r in rows.values() for s in r if s.startswith("pdcoll-")})
-order = {c: i for i, c in enumerate(["broadcast", "reduce", "all_to_all", "all_gather", "reduce_scatter"])}
+order = {c: i for i, c in enumerate(["broadcast", "reduce", "all_to_all", "all_to_allv", "all_gather", "reduce_scatter"])}
 with open(out, "w") as o:
     o.write("# pdcoll's collectives beside Open MPI's over shared memory\n\n")
     o.write(f"bench/compare_collectives.sh at {commit}, sweep `{sweep}`; bus bandwidth in GB/s "
