@@ -603,9 +603,9 @@ collective_sender all_to_allv(communicator& comm, In&& in, std::span<const std::
 /// disagree fails a rank that receives that block with
 /// errc::collective_mismatch and aborts the communicator, as all_to_allv).
 /// Non-empty receive blocks must lie in `out` (buffer_too_small) and not
-/// overlap each other (overlapping_buffers). In place, as MPI_IN_PLACE: `in` is this rank's
-/// block of `out`, `out.subspan(recv_displs[rank], recv_counts[rank])`; any
-/// other overlap is errc::overlapping_buffers. Algo: algo::automatic
+/// overlap each other (overlapping_buffers). In place, as MPI_IN_PLACE:
+/// `in` is this rank's block of `out`, `out.subspan(recv_displs[rank],
+/// recv_counts[rank])`; any other overlap is errc::overlapping_buffers. Algo: algo::automatic
 /// (direct where ranks share a host, pairwise otherwise), algo::direct or
 /// algo::pairwise: each rank sends its block to every other, P-1 messages.
 /// Staging as all_to_allv.

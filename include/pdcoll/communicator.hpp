@@ -95,6 +95,9 @@ struct communicator_options {
   /// After an abort, how long cancelled transfers may take to complete before
   /// the endpoint's data path is closed under them (see the file comment).
   std::chrono::milliseconds abort_grace{250};
+  /// How this communicator's log lines name their rank (empty: its number).
+  /// A group's says both ranks and the split, e.g. "5: rank 1 of split #2".
+  std::string log_name;
 
   /// PDCOLL_TIMEOUT_MS or 60 s.
   static std::chrono::milliseconds default_timeout() noexcept {
@@ -207,6 +210,7 @@ class communicator final : private exec::progress_driver {
       : endpoint_(std::move(endpoint)), options_(options) {
     rank_ = endpoint_->rank();
     world_size_ = endpoint_->world_size();
+    log_name_ = options_.log_name.empty() ? std::to_string(rank_) : options_.log_name;
     notices_.resize(static_cast<std::size_t>(world_size_));
     if (options_.cache_registrations) cache_.emplace(registrar_);
     post_control_receive();
@@ -218,7 +222,7 @@ class communicator final : private exec::progress_driver {
     if (options_.progress_thread) {
       progress_thread_ = std::thread([this] { run_progress_thread(); });
     }
-    detail::log(detail::log_level::info, rank_,
+    detail::log(detail::log_level::info, log_name_,
                 "communicator up: " + endpoint_->name() + ", " + std::to_string(world_size_) +
                     " ranks, timeout " + std::to_string(options_.timeout.count()) + " ms" +
                     (options_.progress_thread ? ", progress thread" : ""));
@@ -257,6 +261,8 @@ class communicator final : private exec::progress_driver {
 
   /// This rank, in [0, world_size()).
   int rank() const noexcept { return rank_; }
+  /// How log lines name this rank (communicator_options::log_name, or the rank's number).
+  const std::string& log_name() const noexcept { return log_name_; }
   /// Number of ranks.
   int world_size() const noexcept { return world_size_; }
   /// The transport's name, e.g. "libfabric:shm".
@@ -539,7 +545,7 @@ class communicator final : private exec::progress_driver {
     abort_reason_ = reason;
     abort_time_ = std::chrono::steady_clock::now();
     aborted_.store(true, std::memory_order_release);
-    detail::log(detail::log_level::warn, rank_, "communicator aborted: " + reason.message());
+    detail::log(detail::log_level::warn, log_name_, "communicator aborted: " + reason.message());
     if (notify_peers) send_abort_notices(reason, except);
     for (auto* op = active_; op; op = op->next_active) op->cancel_outstanding();
   }
@@ -580,7 +586,7 @@ class communicator final : private exec::progress_driver {
     self->control_posted_ = false;
     if (c.error) return;  // cancelled at shutdown, or the endpoint failed
     auto code = static_cast<errc>(self->control_payload_);
-    detail::log(detail::log_level::info, self->rank_,
+    detail::log(detail::log_level::info, self->log_name_,
                 "abort notice from rank " + std::to_string(c.peer) + ": " + make_error_code(code).message());
     // Pass it on to every other peer: a rank that learns of the abort may end
     // at once, and a peer of its own that had not yet read the originator's
@@ -700,7 +706,7 @@ class communicator final : private exec::progress_driver {
             std::string what = "operation passed its deadline: " + op->describe();
             for (auto* other = active_; other; other = other->next_active)
               if (other != op) what += "\n  also pending: " + other->describe();
-            detail::log(detail::log_level::warn, rank_, what);
+            detail::log(detail::log_level::warn, log_name_, what);
           } catch (...) {
           }
         }
@@ -734,7 +740,7 @@ class communicator final : private exec::progress_driver {
   void close_endpoint_locked() noexcept {
     if (endpoint_closed_) return;
     endpoint_closed_ = true;
-    detail::log(detail::log_level::warn, rank_,
+    detail::log(detail::log_level::warn, log_name_,
                 "closing the endpoint's data path: " + std::to_string(active_count_) +
                     " operation(s) still had transfers outstanding after the abort");
     endpoint_->close();
@@ -766,6 +772,7 @@ class communicator final : private exec::progress_driver {
   std::vector<fabric_registration_cache::invalidation> deferred_invalidations_;
   std::atomic<bool> deferred_pending_{false};
   int rank_ = 0;
+  std::string log_name_;  // how log lines name this rank (communicator_options::log_name)
   int world_size_ = 1;
   mutable std::recursive_mutex mutex_;
   std::atomic<bool> aborted_{false};

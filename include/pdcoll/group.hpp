@@ -132,7 +132,7 @@ class group {
         exec::sync_wait(pdcoll::barrier(*comm_));
         ended = true;
       } catch (const std::exception& e) {
-        detail::log(detail::log_level::warn, comm_->rank(), std::string("group's final barrier failed: ") + e.what());
+        detail::log(detail::log_level::warn, comm_->log_name(), std::string("group's final barrier failed: ") + e.what());
       }
     }
     if (ended && splits_ > 0 && comm_->rank() == 0) source_->release(prefix_ + "/split/");

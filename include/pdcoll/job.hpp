@@ -31,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pdcoll {
@@ -242,7 +243,11 @@ class group_maker final : public group_source, public std::enable_shared_from_th
       detail::log(detail::log_level::info, rank_,
                   label + ": rank " + std::to_string(index) + " of a " + std::to_string(size) + "-rank group (color " +
                       std::to_string(color) + ") over " + ep->name());
-      comm = std::make_unique<communicator>(std::move(ep), options_.communicator);
+      // Its log lines name the job rank and the group: "5 as rank 1 of group 2/1".
+      auto options = options_.communicator;
+      options.log_name = std::to_string(rank_) + " as rank " + std::to_string(index) + " of group " +
+                         name.substr(std::string_view("pdcoll/group/").size());
+      comm = std::make_unique<communicator>(std::move(ep), std::move(options));
     } catch (const std::exception& e) {
       meeting.fail(e.what());
       throw;

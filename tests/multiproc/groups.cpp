@@ -55,6 +55,9 @@ void check_group(const std::optional<group>& maybe, const std::vector<int>& expe
   REQUIRE(g.world_size() == static_cast<int>(expected.size()));
   CHECK_MESSAGE(g.rank() == static_cast<int>(at - expected.begin()), where(g));
   CHECK(std::vector<int>(g.job_ranks().begin(), g.job_ranks().end()) == expected);
+  // Its log lines name the job rank and the group rank.
+  CHECK(g.comm().log_name().starts_with(std::to_string(me) + " as rank " + std::to_string(g.rank()) + " of group "));
+  CHECK(the_job().comm().log_name() == std::to_string(me));
 
   std::vector<std::int32_t> mine{me}, everyone(expected.size(), -1);
   ex::sync_wait(all_gather(g.comm(), std::span<const std::int32_t>(mine), std::span<std::int32_t>(everyone)));

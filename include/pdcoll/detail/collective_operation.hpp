@@ -564,7 +564,7 @@ class collective_op_base : public collective_context, public operation_base {
                                                  const char* why) noexcept {
     if (comm_->last_data_path() == path) return;  // takes the communicator's (recursive) lock again
     try {
-      detail::log(detail::log_level::info, comm_->rank(),
+      detail::log(detail::log_level::info, comm_->log_name(),
                   "data path for " + std::string(to_string(kind)) + " memory over " + comm_->transport_name() + ": " +
                       std::string(transport::to_string(path)) + why);
     } catch (const std::bad_alloc&) {

@@ -372,9 +372,9 @@ class condition_wait {
   /// The condition: true once the awaited state is there (`arg` is passed through).
   using predicate = bool (*)(const void* arg) noexcept;
 
-  /// A wait of `owner`'s operation for `ready(arg)`.
-  condition_wait(batch_owner& owner, predicate ready, const void* arg) noexcept
-      : owner_(&owner), ready_(ready), arg_(arg) {}
+  /// A wait of `owner`'s operation for `condition(arg)`.
+  condition_wait(batch_owner& owner, predicate condition, const void* arg) noexcept
+      : owner_(&owner), ready_(condition), arg_(arg) {}
   condition_wait(const condition_wait&) = delete;
   condition_wait& operator=(const condition_wait&) = delete;
   /// A frame destroyed while suspended here (the operation ended) unlinks it.

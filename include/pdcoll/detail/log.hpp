@@ -28,11 +28,18 @@ inline log_level current_log_level() noexcept {
   return level;
 }
 
+/// Writes one line "pdcoll[who] LEVEL: message" when `level` is enabled;
+/// `who` names the rank (a group's communicator names its group too).
+inline void log(log_level level, const std::string& who, const std::string& message) {
+  if (level > current_log_level()) return;
+  const char* name = level == log_level::warn ? "WARN" : level == log_level::info ? "INFO" : "TRACE";
+  std::fprintf(stderr, "pdcoll[%s] %s: %s\n", who.c_str(), name, message.c_str());
+}
+
 /// Writes one line "pdcoll[rank] LEVEL: message" when `level` is enabled.
 inline void log(log_level level, int rank, const std::string& message) {
   if (level > current_log_level()) return;
-  const char* name = level == log_level::warn ? "WARN" : level == log_level::info ? "INFO" : "TRACE";
-  std::fprintf(stderr, "pdcoll[%d] %s: %s\n", rank, name, message.c_str());
+  log(level, std::to_string(rank), message);
 }
 
 }  // namespace pdcoll::detail

@@ -102,8 +102,8 @@ class shareable_table {
     std::lock_guard lock(mutex_);
     auto it = holding(a);
     if (it == segments_.end()) return std::nullopt;
-    const auto& [base, entry] = *it;
-    const auto& s = entry.segment;
+    const auto& [base, held] = *it;
+    const auto& s = held.segment;
     if (bytes > s.length - (a - base)) return std::nullopt;
     return shareable_range{static_cast<std::uint64_t>(::getpid()), static_cast<std::uint64_t>(s.fd), s.device,
                            s.inode, s.length, a - base, base};
