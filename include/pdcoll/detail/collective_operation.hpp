@@ -885,9 +885,9 @@ class collective_op_base : public collective_context, public operation_base {
 
   // The v forms' staged path: one chunk over host buffers laid out as the
   // user's, the input copied in whole and the output's blocks copied back
-  // (copy_whole). The blocks' sizes differ by peer, so a slice of every
-  // block would need an agreement on the largest that every rank would
-  // have to exchange first. Host memory is the input's and the output's
+  // (copy_whole). The blocks' sizes differ by peer, so the chunked path's
+  // equal slices of every block do not apply (design-notes item 44 sketches
+  // a per-pair chunking). Host memory is the input's and the output's
   // extent, not bounded by the chunk size.
   void start_staged_whole() {
     chunks_ = 1;
