@@ -115,8 +115,6 @@ class group {
   std::string child_prefix(int n, int color) const {
     return prefix_ + "/group/" + std::to_string(n) + "/" + std::to_string(color);
   }
-  /// This group's splits so far.
-  int splits() const noexcept { return splits_; }
   /// Counts a split and returns its number.
   int next_split() noexcept { return splits_++; }
 

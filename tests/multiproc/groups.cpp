@@ -86,6 +86,17 @@ void check_group(const std::optional<group>& maybe, const std::vector<int>& expe
   }
 }
 
+/// The error `call` throws as std::system_error, or none.
+template <class F>
+std::error_code code_of(F&& call) {
+  try {
+    call();
+  } catch (const std::system_error& e) {
+    return e.code();
+  }
+  return {};
+}
+
 /// The members of `color` under MPI_Comm_split's rule, from every rank's color and key.
 std::vector<int> expected_members(int P, int color, auto color_of, auto key_of) {
   std::vector<int> members;
@@ -201,14 +212,6 @@ TEST_CASE("a group split again, three levels deep, with the job splitting betwee
   CHECK(alone.has_value() == (me == 0));
   check_group(fresh->split(0, -i), in_job(expected_members(n, 0, [](int) { return 0; }, reversed)), 745);
   // Bad arguments on one member fail every member of the parent, which stays usable.
-  auto code_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const std::system_error& e) {
-      return e.code();
-    }
-    return std::error_code{};
-  };
   CHECK(code_of([&] { (void)g->split(i == n - 1 ? -5 : 0); }) == errc::invalid_argument);
   check_group(g->split(0), parity, 750);
 }
@@ -216,14 +219,6 @@ TEST_CASE("a group split again, three levels deep, with the job splitting betwee
 TEST_CASE("bad splits fail on every rank and leave the job usable") {
   auto& j = the_job();
   const int P = j.world_size(), me = j.rank();
-  auto code_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const std::system_error& e) {
-      return e.code();
-    }
-    return std::error_code{};
-  };
   // Refused on every rank, whether every rank or only one passed bad arguments.
   CHECK(code_of([&] { (void)j.split(-2); }) == errc::invalid_argument);
   CHECK(code_of([&] { (void)j.new_group({0, 0}); }) == errc::invalid_argument);
