@@ -49,7 +49,7 @@ while (($#)); do
 done
 
 if ((do_build)); then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$build" -j"$(nproc)" --target pdcoll-bench mpi_allreduce_bench >/dev/null
 fi
 bench=$build/bench/pdcoll-bench mpi_bench=$build/bench/mpi_allreduce_bench

@@ -346,6 +346,7 @@ class runner {
       };
       if (opt_.algo == "pairwise") return with(pdcoll::algo::pairwise{});
       if (opt_.algo == "direct") return with(pdcoll::algo::direct{});
+      if (opt_.algo == "shared_memory") return with(pdcoll::algo::shared_memory{});
       return with(pdcoll::algo::automatic{});
     }
     // sendrecv: a ring shift, as nccl-tests' sendrecv_perf
@@ -439,7 +440,7 @@ const std::map<std::string, std::vector<std::string>>& algorithms() {
       {"all_gather", {"automatic", "ring", "recursive_doubling", "shared_memory"}},
       {"reduce_scatter", {"automatic", "ring", "recursive_halving", "rabenseifner", "shared_memory"}},
       {"all_to_all", {"automatic", "pairwise", "direct", "shared_memory"}},
-      {"all_to_allv", {"automatic", "pairwise", "direct"}},
+      {"all_to_allv", {"automatic", "pairwise", "direct", "shared_memory"}},
       {"sendrecv", {"direct"}},
   };
   return table;
@@ -481,7 +482,7 @@ int main(int argc, char** argv) {
                  "algorithm: all_reduce automatic|ring|recursive_doubling|rabenseifner|tree|direct|two_shot (sets PDCOLL_ALGO); "
                  "broadcast automatic|tree|chain|shared_memory; reduce automatic|tree|shared_memory; all_gather "
                  "automatic|ring|recursive_doubling|shared_memory; reduce_scatter automatic|ring|recursive_halving|shared_memory; "
-                 "all_to_all automatic|pairwise|direct|shared_memory; all_to_allv automatic|pairwise|direct")
+                 "all_to_all automatic|pairwise|direct|shared_memory; all_to_allv automatic|pairwise|direct|shared_memory")
       ->capture_default_str();
   app.add_option("--transport", opt.transport,
                  "shm|tcp (libfabric), uring, or uring-directional (uring with one connection per direction); "

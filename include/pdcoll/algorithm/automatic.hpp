@@ -234,16 +234,19 @@ struct automatic {
     if (whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size)) return shared_memory::all_to_all(ctx);
     return direct::all_to_all(ctx);
   }
-  /// The default all_to_allv and all_gatherv: every block posted at once
-  /// (direct) where ranks share a host, as the all-to-all above its node
-  /// memory threshold; pairwise exchange otherwise. Node memory's slots
-  /// hold blocks of one size, so the v forms do not go through them.
+  /// The default all_to_allv and all_gatherv. Where ranks share a host,
+  /// shared_memory's one node step carries every block smaller than the
+  /// all-to-all's per-block node-memory threshold
+  /// (automatic_node_slots_bytes(P) / P) and every block's length; larger
+  /// blocks go as one message each, all posted at once (direct), as the
+  /// all-to-all's do above it. Both ends of a pair see the block's size, so
+  /// no rank needs another's counts to choose. Pairwise exchange otherwise.
   static pdcoll::detail::collective_task all_to_allv(pdcoll::detail::collective_context& ctx) {
-    return ctx.node_memory() ? direct::all_to_allv(ctx) : pairwise::all_to_allv(ctx);
+    return v_form(ctx, false);
   }
   /// See all_to_allv.
   static pdcoll::detail::collective_task all_gatherv(pdcoll::detail::collective_context& ctx) {
-    return ctx.node_memory() ? direct::all_gatherv(ctx) : pairwise::all_gatherv(ctx);
+    return v_form(ctx, true);
   }
 
   /// Broadcasts of at least this many bytes over more than 2 ranks without
@@ -273,6 +276,15 @@ struct automatic {
   }
 
  private:
+  // all_to_allv, or all_gatherv (one_block).
+  static pdcoll::detail::collective_task v_form(pdcoll::detail::collective_context& ctx, bool one_block) {
+    auto* node = ctx.node_memory();
+    if (!node) return one_block ? pairwise::all_gatherv(ctx) : pairwise::all_to_allv(ctx);
+    if (ctx.world_size == 1 || !shared_memory::v_header_fits(ctx, *node)) return direct::all_to_allv(ctx);
+    const std::size_t below = automatic_node_slots_bytes(ctx.world_size) / static_cast<std::size_t>(ctx.world_size);
+    const std::size_t cap = std::min(shared_memory::v_section_bytes(ctx, *node, one_block), below - 1);
+    return shared_memory::v_through(ctx, *node, ctx.reserve_node_steps(1), cap, one_block);
+  }
   static pdcoll::detail::collective_task rejected() { co_return make_error_code(errc::invalid_argument); }
   /// A reduce-scatter's input, an all-gather's output or an all-to-all's
   /// buffer: P blocks of ctx.count.

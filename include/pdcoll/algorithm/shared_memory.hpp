@@ -11,7 +11,14 @@
 //   - broadcast: only the root fills its slot, the others copy it out;
 //     the root fills step s+1 while they read step s;
 //   - reduce: every rank but the root fills its slot, and the root
-//     combines them in rank order with its own input.
+//     combines them in rank order with its own input;
+//   - the v forms (all_to_allv, all_gatherv): one step whatever the
+//     counts, since no rank knows the others' largest block. Each rank
+//     writes the length of every block it sends at the head of its slot,
+//     and each block of up to a per-peer section (all_gatherv: the one
+//     block, once) after it; larger blocks go as messages posted before the
+//     step. Both ends of a pair see the same block size, so they take the
+//     same path, and each receiver checks the length its sender wrote.
 //
 // Every rank copies its contribution into its own region, raises a flag,
 // waits for every rank's flag, then reduces all contributions in rank order
@@ -186,6 +193,104 @@ struct shared_memory {
     const std::uint64_t steps = node ? blockwise_steps(ctx, *node) : 0;
     if (steps == 0) return pairwise::all_to_all(ctx);
     return all_to_all_in(ctx, *node, ctx.reserve_node_steps(steps));
+  }
+
+  /// all_to_allv through node memory: one step carries every block of up
+  /// to v_section_bytes and every block's length, which its receiver checks
+  /// (collective_mismatch where the two ends disagree); larger blocks go as
+  /// one message each, all posted at once (direct's exchange). Pairwise
+  /// exchange without node memory. See v_through.
+  static pdcoll::detail::collective_task all_to_allv(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    if (!node || ctx.world_size == 1 || !v_header_fits(ctx, *node)) return pairwise::all_to_allv(ctx);
+    return v_through(ctx, *node, ctx.reserve_node_steps(1), v_section_bytes(ctx, *node, false), false);
+  }
+  /// all_gatherv through node memory: as all_to_allv, with this rank's one
+  /// block in its slot for every peer to read (up to v_section_bytes).
+  static pdcoll::detail::collective_task all_gatherv(pdcoll::detail::collective_context& ctx) {
+    auto* node = ctx.node_memory();
+    if (!node || ctx.world_size == 1 || !v_header_fits(ctx, *node)) return pairwise::all_gatherv(ctx);
+    return v_through(ctx, *node, ctx.reserve_node_steps(1), v_section_bytes(ctx, *node, true), true);
+  }
+
+  /// Bytes at the start of a slot that hold the v forms' block lengths
+  /// (one 8-byte length per rank, in whole cache lines).
+  static std::size_t v_header_bytes(const pdcoll::detail::collective_context& ctx) noexcept {
+    return (static_cast<std::size_t>(ctx.world_size) * sizeof(std::uint64_t) + 63) / 64 * 64;
+  }
+  /// The v forms' lengths fit in a slot (every world size short of about a
+  /// thousand ranks); else they run by messages.
+  static bool v_header_fits(const pdcoll::detail::collective_context& ctx, const transport::node_memory& node) noexcept {
+    return v_header_bytes(ctx) <= pdcoll::detail::node_step::slot_bytes(node);
+  }
+  /// The largest block the v forms' node step carries: a slot's section
+  /// per peer (all_to_allv) or the whole slot (all_gatherv, one_block),
+  /// after the lengths; a multiple of 64 (possibly 0: only lengths).
+  static std::size_t v_section_bytes(const pdcoll::detail::collective_context& ctx, const transport::node_memory& node,
+                                     bool one_block) noexcept {
+    const std::size_t payload = pdcoll::detail::node_step::slot_bytes(node) - v_header_bytes(ctx);
+    return (one_block ? payload : payload / static_cast<std::size_t>(ctx.world_size)) / 64 * 64;
+  }
+
+  /// The v forms in node step `first` (reserved by the caller before its
+  /// first suspension; one step whatever the counts, so every rank reserves
+  /// the same). Blocks of at most `cap` bytes go through the slots and
+  /// larger ones as messages; both ends of a pair see the same block size
+  /// and so take the same path. Rank r's slot holds, per peer q, the length
+  /// of its block for q and, when that is at most cap, the block: in
+  /// section q (all_to_allv) or once for every peer (one_block,
+  /// all_gatherv, whose every send block is the input). A receiver finding
+  /// a length other than it expects fails with collective_mismatch, which
+  /// aborts the communicator, so a message its sender posted for a block it
+  /// does not receive is cancelled rather than waited for.
+  static pdcoll::detail::collective_task v_through(pdcoll::detail::collective_context& ctx,
+                                                   transport::node_memory& node, std::uint64_t first, std::size_t cap,
+                                                   bool one_block) {
+    using pdcoll::detail::condition_wait;
+    using pdcoll::detail::transfer_batch;
+    const int r = ctx.rank, P = ctx.world_size;
+    const std::size_t header = v_header_bytes(ctx), stride = one_block ? 0 : v_section_bytes(ctx, node, false);
+    auto section = [&](int q) { return header + static_cast<std::size_t>(q) * stride; };
+    ctx.copy(ctx.output, ctx.recv_offset(r), ctx.input, ctx.send_offset(r), ctx.recv_bytes(r));
+    // The large blocks, posted before the step (pairwise order, as direct).
+    transfer_batch b(ctx, 2 * static_cast<std::size_t>(P - 1));
+    for (int k = 1; k < P; ++k) {
+      const int to = (r + k) % P, from = (r - k + P) % P;
+      if (ctx.recv_bytes(from) > cap) b.recv(from, ctx.output, ctx.recv_offset(from), ctx.recv_bytes(from), 0);
+      if (ctx.send_bytes(to) > cap) b.send(to, ctx.input, ctx.send_offset(to), ctx.send_bytes(to), 0);
+    }
+    b.post();
+
+    const pdcoll::detail::node_step s{&node, P, first};
+    const std::uint64_t signature = ctx.signature();
+    condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
+    if (auto ec = co_await slot_free) co_return ec;
+    std::byte* const mine = s.slot(r);
+    bool filled = false;
+    for (int q = 0; q < P; ++q) {
+      if (q == r) continue;
+      const std::size_t bytes = ctx.send_bytes(q);
+      const std::uint64_t length = bytes;
+      std::memcpy(mine + static_cast<std::size_t>(q) * sizeof length, &length, sizeof length);
+      if (bytes == 0 || bytes > cap || (one_block && filled)) continue;
+      std::memcpy(mine + section(q), ctx.input.address + ctx.send_offset(q), bytes);
+      filled = true;
+    }
+    s.publish(r, signature);
+
+    condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
+    if (auto ec = co_await published) co_return ec;
+    if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
+    for (int q = 0; q < P; ++q) {
+      if (q == r) continue;
+      std::uint64_t length = 0;
+      std::memcpy(&length, s.slot(q) + static_cast<std::size_t>(r) * sizeof length, sizeof length);
+      const std::size_t bytes = ctx.recv_bytes(q);
+      if (length != bytes) co_return make_error_code(errc::collective_mismatch);
+      if (bytes != 0 && bytes <= cap) std::memcpy(ctx.output.address + ctx.recv_offset(q), s.slot(q) + section(r), bytes);
+    }
+    s.raise(r, &pdcoll::detail::node_flags::consumed);
+    co_return co_await b;
   }
 
   /// Bytes of one slot-sized chunk of ctx's elements.
