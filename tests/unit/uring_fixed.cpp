@@ -364,8 +364,14 @@ TEST_CASE("hundreds of registered buffers carry interleaved zero-copy sends in o
     CHECK(small_at1[i] == i);
     CHECK(small_at0[i] == i);
   }
-  CHECK(tcp0.stats().fixed_buffer_submissions == n);
-  CHECK(tcp1.stats().fixed_buffer_submissions == n);
+  // Every large send went from its registered buffer: at least one fixed
+  // submission each, and no zero-copy submission that was not fixed (a
+  // send the kernel takes in part is submitted again for the rest, so
+  // the count may exceed n).
+  CHECK(tcp0.stats().fixed_buffer_submissions >= n);
+  CHECK(tcp1.stats().fixed_buffer_submissions >= n);
+  CHECK(tcp0.stats().zero_copy_submissions == tcp0.stats().fixed_buffer_submissions);
+  CHECK(tcp1.stats().zero_copy_submissions == tcp1.stats().fixed_buffer_submissions);
   for (int i = 0; i < 2 * n; ++i) (i < n ? *eps[0] : *eps[1]).deregister(handles[i]);
   CHECK(tcp0.fixed_buffers_registered() == 0);
   CHECK(tcp1.fixed_buffers_registered() == 0);
