@@ -564,14 +564,18 @@ collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
 /// on each rank alone: a rank whose call is refused sends nothing, and its
 /// peers wait for it until their deadline. A send count that differs from
 /// its receiver's receive count fails the receiving rank with
-/// errc::collective_mismatch and aborts the communicator (each pair of ranks
-/// exchanges one message, empty blocks included, and the receiver checks
-/// its length); ranks that finish before the abort reaches them fail their
-/// next collective. Algo: algo::automatic (direct where ranks share a host
-/// and the buffers are reached directly, pairwise otherwise), algo::direct
-/// or algo::pairwise. Device memory the transport cannot reach is staged
-/// whole (not in chunks): host memory of the input's and the output's
-/// extent.
+/// errc::collective_mismatch and aborts the communicator (every block's
+/// length reaches its receiver, empty blocks included, and the receiver
+/// checks it); ranks that finish before the abort reaches them fail their
+/// next collective. Algo, the same on every rank: algo::automatic (where
+/// ranks share a host and the buffers are reached directly, one
+/// node-memory step carries the lengths and the blocks below the
+/// all-to-all's slot threshold, larger blocks one message each; pairwise
+/// otherwise), algo::shared_memory (the same step, every block that fits a
+/// slot's section through it), algo::direct (every block a message, all
+/// posted at once) or algo::pairwise (P-1 steps of one exchange). Device
+/// memory the transport cannot reach is staged per pair in pipelined
+/// chunks of staging_chunk_bytes() / P (detail/staging.hpp).
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender all_to_allv(communicator& comm, In&& in, std::span<const std::size_t> send_counts,
                               std::span<const std::size_t> send_displs, Out&& out,
@@ -605,10 +609,9 @@ collective_sender all_to_allv(communicator& comm, In&& in, std::span<const std::
 /// Non-empty receive blocks must lie in `out` (buffer_too_small) and not
 /// overlap each other (overlapping_buffers). In place, as MPI_IN_PLACE:
 /// `in` is this rank's block of `out`, `out.subspan(recv_displs[rank],
-/// recv_counts[rank])`; any other overlap is errc::overlapping_buffers. Algo: algo::automatic
-/// (direct where ranks share a host, pairwise otherwise), algo::direct or
-/// algo::pairwise: each rank sends its block to every other, P-1 messages.
-/// Staging as all_to_allv.
+/// recv_counts[rank])`; any other overlap is errc::overlapping_buffers.
+/// Algo and staging as all_to_allv (through node memory, a rank's block is
+/// in its slot once for every peer to read).
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender all_gatherv(communicator& comm, In&& in, Out&& out, std::span<const std::size_t> recv_counts,
                               std::span<const std::size_t> recv_displs) {

@@ -147,6 +147,16 @@ TEST_CASE("with node memory, a mismatched block fails through the slot, and wher
     expect_mismatch(call(pdcoll::algo::automatic{}), node_bytes);
     expect_mismatch(call(pdcoll::algo::shared_memory{}), node_bytes);
   }
+  // Ranks that named different algorithms: automatic's slot takes blocks
+  // below 21,845 floats on 3 ranks, shared_memory's up to its section, so
+  // a block of 30,000 would go through the slot at one end and be waited
+  // for as a message at the other (or read from a stale slot).
+  expect_mismatch([](pdcoll::communicator& comm) {
+    const sizes counts(3, 30000);
+    std::vector<float> in(90000, 1.0f), out(90000);
+    if (comm.rank() == 0) return outcome(pdcoll::all_to_allv<pdcoll::algo::automatic>(comm, in, counts, out, counts));
+    return outcome(pdcoll::all_to_allv<pdcoll::algo::shared_memory>(comm, in, counts, out, counts));
+  }, node_bytes);
   for (std::size_t claimed : {std::size_t{4}, std::size_t{30000}}) {
     CAPTURE(claimed);
     expect_mismatch([claimed](pdcoll::communicator& comm) {

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <functional>
 #include <span>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -189,7 +190,7 @@ TEST_CASE("in-place all_gather and reduce_scatter on device memory are right, st
   }
 }
 
-TEST_CASE("all_to_allv and all_gatherv on device memory are right, staged whole and direct, and leave the gaps alone") {
+TEST_CASE("all_to_allv and all_gatherv on device memory are right, staged per pair in chunks and direct, and leave the gaps alone") {
   using namespace pdcoll::testing;
   device dev(std::size_t{64} << 20);
   for (int P : {1, 3, 5}) {
@@ -202,7 +203,7 @@ TEST_CASE("all_to_allv and all_gatherv on device memory are right, staged whole 
           [&](pdcoll::communicator& comm) {
             const int r = comm.rank();
             const std::uint64_t salt = 40 + static_cast<std::uint64_t>(P);
-            const std::size_t max_count = 9'001;  // blocks up to 35 KiB: past the 8 KiB chunk
+            const std::size_t max_count = 9'001;  // blocks up to 35 KiB: many chunks of 8 KiB / P per pair
             auto deadline = pdcoll::exec::with_deadline(std::chrono::seconds(30));
             // Moves `host` to a fresh device buffer, runs `collective` on it, and compares with `expected`.
             auto to_device = [&](const std::vector<float>& host) {
@@ -222,11 +223,17 @@ TEST_CASE("all_to_allv and all_gatherv on device memory are right, staged whole 
                                                         l.recv_counts, l.recv_displs) |
                                     deadline);
             compare(out, expected_all_to_allv<float>(salt, P, r, max_count, false));
-            std::uint64_t received = 0, sent_extent = 0;  // bytes: received blocks; the input up to its last block's end
+            // Each pair's block goes in chunks of 8 KiB / P: a rank runs as
+            // many as its longest block needs (blocks of n elements take
+            // n / chunk + 1), and stages exactly its blocks' bytes.
+            const std::size_t chunk = 8192 / sizeof(float) / static_cast<std::size_t>(P);
+            std::uint64_t received = 0, sent = 0;
+            std::size_t longest = 0;
             for (int p = 0; p < P; ++p) {
               const auto q = static_cast<std::size_t>(p);
               received += l.recv_counts[q] * sizeof(float);
-              if (l.send_counts[q]) sent_extent = std::max<std::uint64_t>(sent_extent, (l.send_displs[q] + l.send_counts[q]) * sizeof(float));
+              sent += l.send_counts[q] * sizeof(float);
+              longest = std::max({longest, l.send_counts[q], l.recv_counts[q]});
             }
             // all_gatherv in place: this rank's block already in the output.
             const auto g = all_gatherv_layout(salt + 1, P, max_count, false);
@@ -241,18 +248,69 @@ TEST_CASE("all_to_allv and all_gatherv on device memory are right, staged whole 
             compare(gathered, expected_all_gatherv<float>(salt + 1, P, max_count, false));
             const auto paths = comm.data_path_statistics();
             if (staged) {
-              // Staged whole: one chunk each; the input's extent in, the receive blocks out.
+              // all_gatherv stages its input once per chunk, not once per peer.
               CHECK(paths.staged_operations == 2);
-              CHECK(paths.staged_chunks == 2);
               std::uint64_t gathered_bytes = 0;
-              for (std::size_t c : g.recv_counts) gathered_bytes += c * sizeof(float);
-              CHECK(paths.staged_bytes == sent_extent + n * sizeof(float) + received + gathered_bytes);
+              std::size_t longest_gathered = 0;
+              for (std::size_t c : g.recv_counts) {
+                gathered_bytes += c * sizeof(float);
+                longest_gathered = std::max(longest_gathered, c);
+              }
+              CHECK(paths.staged_chunks == longest / chunk + 1 + longest_gathered / chunk + 1);
+              CHECK(paths.staged_bytes == sent + n * sizeof(float) + received + gathered_bytes);
             } else {
               CHECK(paths.direct_operations == 2);
             }
           });
       CHECK(wrong == 0);
     }
+  }
+}
+
+TEST_CASE("staged all_to_allv: a count its sender and receiver disagree on fails with collective_mismatch, whichever chunk shows it") {
+  // 8 KiB / 3 ranks: chunks of 682 floats per pair. Rank 1 sends rank 0
+  // `sent` floats and rank 0 expects `expected`: the first chunk whose
+  // lengths differ is the first, a middle one, the empty last one of an
+  // exact multiple, or one the shorter block does not have at all.
+  constexpr std::size_t chunk = 8192 / sizeof(float) / 3;
+  struct disagreement {
+    std::size_t sent, expected;
+  };
+  device dev(std::size_t{16} << 20);
+  for (auto [sent, expected] : {disagreement{5, 6}, disagreement{3 * chunk + 7, 3 * chunk + 8},
+                                disagreement{2 * chunk, 2 * chunk + 1}, disagreement{chunk + 3, 4 * chunk},
+                                disagreement{4 * chunk, 0}}) {
+    CAPTURE(sent);
+    CAPTURE(expected);
+    std::atomic<int> wrong{0};
+    pdcoll::communicator_options options;
+    options.force_host_staging = true;
+    pdcoll::testing::run_inproc(
+        3,
+        [&](pdcoll::communicator& comm) {
+          std::vector<std::size_t> send_counts(3, 10), recv_counts(3, 10);
+          if (comm.rank() == 1) send_counts[0] = sent;
+          if (comm.rank() == 0) recv_counts[1] = expected;
+          auto in = dev.allocate<float>(send_counts[0] + 20);
+          auto out = dev.allocate<float>(recv_counts[1] + 20);
+          std::error_code ec;
+          try {
+            pdcoll::exec::sync_wait(pdcoll::all_to_allv(comm, in.view(), send_counts, out.view(), recv_counts) |
+                                    pdcoll::exec::with_deadline(std::chrono::seconds(20)));
+          } catch (const std::system_error& e) {
+            ec = e.code();
+          }
+          if (comm.rank() == 0) wrong += ec != pdcoll::errc::collective_mismatch;
+          // Every rank ends aborted for the mismatch, at the latest on its next call.
+          try {
+            pdcoll::exec::sync_wait(pdcoll::barrier(comm) | pdcoll::exec::with_deadline(std::chrono::seconds(20)));
+            ++wrong;
+          } catch (const std::system_error&) {
+          }
+          wrong += comm.abort_reason() != pdcoll::errc::collective_mismatch;
+        },
+        options);
+    CHECK(wrong == 0);
   }
 }
 

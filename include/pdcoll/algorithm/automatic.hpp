@@ -280,7 +280,8 @@ struct automatic {
   static pdcoll::detail::collective_task v_form(pdcoll::detail::collective_context& ctx, bool one_block) {
     auto* node = ctx.node_memory();
     if (!node) return one_block ? pairwise::all_gatherv(ctx) : pairwise::all_to_allv(ctx);
-    if (ctx.world_size == 1 || !shared_memory::v_header_fits(ctx, *node)) return direct::all_to_allv(ctx);
+    if (ctx.world_size == 1 || !shared_memory::v_header_fits(ctx, *node))
+      return one_block ? direct::all_gatherv(ctx) : direct::all_to_allv(ctx);
     const std::size_t below = automatic_node_slots_bytes(ctx.world_size) / static_cast<std::size_t>(ctx.world_size);
     const std::size_t cap = std::min(shared_memory::v_section_bytes(ctx, *node, one_block), below ? below - 1 : 0);
     return shared_memory::v_through(ctx, *node, ctx.reserve_node_steps(1), cap, one_block);

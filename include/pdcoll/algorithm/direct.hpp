@@ -9,7 +9,9 @@
 // (all_to_allv, all_gatherv) run the same exchanges with each peer's block
 // at its own offset and size (collective_context::send_offset and the
 // like): one message per pair of ranks, empty blocks included, so that a
-// count on which sender and receiver disagree fails the receive.
+// count on which sender and receiver disagree fails the receive (a staged
+// v chunk leaves out the blocks that ended in an earlier chunk:
+// collective_context::sends_block).
 //
 // All-reduce cost (P ranks, n bytes): one step; each rank sends and receives
 // (P-1)·n bytes and holds (P-1)·n bytes of scratch. The lowest latency for
@@ -64,8 +66,8 @@ struct direct {
     // receiver's first receive.
     for (int s = 1; s < P; ++s) {
       const int to = (r + s) % P, from = (r - s + P) % P;
-      b.recv(from, ctx.output, ctx.recv_offset(from), ctx.recv_bytes(from), 0);
-      b.send(to, ctx.input, ctx.send_offset(to), ctx.send_bytes(to), 0);
+      if (ctx.receives_block(from)) b.recv(from, ctx.output, ctx.recv_offset(from), ctx.recv_bytes(from), 0);
+      if (ctx.sends_block(to)) b.send(to, ctx.input, ctx.send_offset(to), ctx.send_bytes(to), 0);
     }
     co_return co_await b;
   }
@@ -91,8 +93,9 @@ struct pairwise {
     for (int s = 1; s < P; ++s) {
       const int to = (r + s) % P, from = (r - s + P) % P;
       transfer_batch b(ctx, 2);
-      b.recv(from, ctx.output, ctx.recv_offset(from), ctx.recv_bytes(from), static_cast<std::uint32_t>(s));
-      b.send(to, ctx.input, ctx.send_offset(to), ctx.send_bytes(to), static_cast<std::uint32_t>(s));
+      if (ctx.receives_block(from))
+        b.recv(from, ctx.output, ctx.recv_offset(from), ctx.recv_bytes(from), static_cast<std::uint32_t>(s));
+      if (ctx.sends_block(to)) b.send(to, ctx.input, ctx.send_offset(to), ctx.send_bytes(to), static_cast<std::uint32_t>(s));
       if (auto ec = co_await b) co_return ec;
     }
     co_return std::error_code{};

@@ -97,6 +97,7 @@
 #include <pdcoll/transport/node_memory.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -239,10 +240,14 @@ struct shared_memory {
   /// and so take the same path. Rank r's slot holds, per peer q, the length
   /// of its block for q and, when that is at most cap, the block: in
   /// section q (all_to_allv) or once for every peer (one_block,
-  /// all_gatherv, whose every send block is the input). A receiver finding
-  /// a length other than it expects fails with collective_mismatch, which
-  /// aborts the communicator, so a message its sender posted for a block it
-  /// does not receive is cancelled rather than waited for.
+  /// all_gatherv, whose every send block is the input), and in its own
+  /// entry r, cap: ranks that named different algorithms (shared_memory and
+  /// automatic pass different caps) would otherwise disagree on the path of
+  /// a block between the two. A receiver finding a length other than it
+  /// expects, or another cap, fails with collective_mismatch, which aborts
+  /// the communicator, so a message its sender posted for a block it does
+  /// not receive is cancelled rather than waited for. Not for staged chunks
+  /// (they have no node memory, and may leave blocks out).
   static pdcoll::detail::collective_task v_through(pdcoll::detail::collective_context& ctx,
                                                    transport::node_memory& node, std::uint64_t first, std::size_t cap,
                                                    bool one_block) {
@@ -250,7 +255,15 @@ struct shared_memory {
     using pdcoll::detail::transfer_batch;
     const int r = ctx.rank, P = ctx.world_size;
     const std::size_t header = v_header_bytes(ctx), stride = one_block ? 0 : v_section_bytes(ctx, node, false);
+    assert(cap <= v_section_bytes(ctx, node, one_block) && ctx.absent_blocks.empty());
     auto section = [&](int q) { return header + static_cast<std::size_t>(q) * stride; };
+    // Entry q of a slot's header: the length of the block for q; entry
+    // `owner`: the owner's cap.
+    auto header_word = [](const std::byte* slot, int q) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, slot + static_cast<std::size_t>(q) * sizeof word, sizeof word);
+      return word;
+    };
     ctx.copy(ctx.output, ctx.recv_offset(r), ctx.input, ctx.send_offset(r), ctx.recv_bytes(r));
     // The large blocks, posted before the step (pairwise order, as direct).
     transfer_batch b(ctx, 2 * static_cast<std::size_t>(P - 1));
@@ -268,11 +281,10 @@ struct shared_memory {
     std::byte* const mine = s.slot(r);
     bool filled = false;
     for (int q = 0; q < P; ++q) {
-      if (q == r) continue;
       const std::size_t bytes = ctx.send_bytes(q);
-      const std::uint64_t length = bytes;
-      std::memcpy(mine + static_cast<std::size_t>(q) * sizeof length, &length, sizeof length);
-      if (bytes == 0 || bytes > cap || (one_block && filled)) continue;
+      const std::uint64_t word = q == r ? cap : bytes;
+      std::memcpy(mine + static_cast<std::size_t>(q) * sizeof word, &word, sizeof word);
+      if (q == r || bytes == 0 || bytes > cap || (one_block && filled)) continue;
       std::memcpy(mine + section(q), ctx.input.address + ctx.send_offset(q), bytes);
       filled = true;
     }
@@ -283,10 +295,9 @@ struct shared_memory {
     if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
     for (int q = 0; q < P; ++q) {
       if (q == r) continue;
-      std::uint64_t length = 0;
-      std::memcpy(&length, s.slot(q) + static_cast<std::size_t>(r) * sizeof length, sizeof length);
       const std::size_t bytes = ctx.recv_bytes(q);
-      if (length != bytes) co_return make_error_code(errc::collective_mismatch);
+      if (header_word(s.slot(q), r) != bytes || header_word(s.slot(q), q) != cap)
+        co_return make_error_code(errc::collective_mismatch);
       if (bytes != 0 && bytes <= cap) std::memcpy(ctx.output.address + ctx.recv_offset(q), s.slot(q) + section(r), bytes);
     }
     s.raise(r, &pdcoll::detail::node_flags::consumed);

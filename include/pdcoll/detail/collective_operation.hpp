@@ -164,6 +164,11 @@ class collective_context : public batch_owner {
   /// The v forms' blocks (collective_spec::peer_blocks, 4·P elements);
   /// empty for the collectives whose blocks are all `count` elements.
   std::span<const std::size_t> peer_blocks;
+  /// The blocks a staged chunk of a v form does not exchange (2·P flags:
+  /// the send to p at p, the receive from p at P + p; see
+  /// collective_op_base::start_staged_pairs); empty: every block is
+  /// exchanged, empty ones included.
+  std::span<const std::uint8_t> absent_blocks;
 
   /// Bytes of `n` elements.
   std::size_t bytes(std::size_t n) const noexcept { return n * element_size; }
@@ -179,6 +184,15 @@ class collective_context : public batch_owner {
   std::size_t recv_offset(int peer) const noexcept {
     return recv_bytes(peer) ? bytes(block_field(recv_displs_at, peer)) : 0;
   }
+  /// Whether the block for `peer` goes out at all (as a message, if empty
+  /// an empty one): false only in a staged v chunk past the block's end.
+  bool sends_block(int peer) const noexcept {
+    return absent_blocks.empty() || !absent_blocks[static_cast<std::size_t>(peer)];
+  }
+  /// Whether a block from `peer` comes in at all (see sends_block).
+  bool receives_block(int peer) const noexcept {
+    return absent_blocks.empty() || !absent_blocks[static_cast<std::size_t>(world_size + peer)];
+  }
   /// dst[dst_off..] = op(dst, src[src_off..]) over `n` elements; offsets in bytes.
   void reduce(const buffer_desc& dst, std::size_t dst_off, const buffer_desc& src, std::size_t src_off,
               std::size_t n) const noexcept {
@@ -187,8 +201,9 @@ class collective_context : public batch_owner {
   /// dst[dst_off..] = op(src[src_off..], dst) over `n` elements: reduce() with
   /// the operands the other way round. Two partners that each combine the
   /// other's data with their own get the same bits only when both put the
-  /// same rank's data first (min of +0 and -0, NaN payloads, a custom op that
-  /// is not commutative on ties).
+  /// same rank's data first (min of +0 and -0, a custom op that is not
+  /// commutative on ties). A float sum of two NaNs may still keep either
+  /// payload: compilers order the operands of `+` freely.
   void reduce_src_first(const buffer_desc& dst, std::size_t dst_off, const buffer_desc& src, std::size_t src_off,
                         std::size_t n) const noexcept {
     if (n) red->apply3(dst.address + dst_off, src.address + src_off, dst.address + dst_off, n);
@@ -493,6 +508,10 @@ class collective_op_base : public collective_context, public operation_base {
     host_block in_host, out_host;  // from the communicator's pool, returned by the destructor
     registration_lease in_lease, out_lease;
     bool shared = false;  // in place: output is the input's bounce buffer
+    // A v form's chunk (start_staged_pairs): its blocks and absent blocks,
+    // which peer_blocks and absent_blocks point to.
+    std::vector<std::size_t> pair_blocks;
+    std::vector<std::uint8_t> pair_absent;
 
     staged_chunk() = default;
     ~staged_chunk() {
@@ -848,7 +867,7 @@ class collective_op_base : public collective_context, public operation_base {
   // Sets up the slots and starts the first chunks. Under the lock.
   void start_staged() {
     const std::size_t es = spec_.red->element_size;
-    if (!spec_.peer_blocks.empty()) return start_staged_whole();
+    if (!spec_.peer_blocks.empty()) return start_staged_pairs();
     in_layout_ = staged_layout::of(spec_.input.region.length, spec_.count, es);
     out_layout_ = staged_layout::of(spec_.output.region.length, spec_.count, es);
     const bool per_rank_blocks = spec_.kind == collective_kind::all_gather ||
@@ -860,18 +879,9 @@ class collective_op_base : public collective_context, public operation_base {
     const bool in_place = spec_.output.region.address == spec_.input.region.address &&
                           spec_.output.region.length == spec_.input.region.length;
     const std::size_t chunk_bytes = std::min(chunk_elements_, spec_.count) * es;
-    const std::size_t slots = std::min<std::size_t>(staging_depth, chunks_);
-    slots_ = std::make_unique<staged_chunk[]>(slots);
-    slot_count_ = slots;
-    for (std::size_t i = 0; i < slots; ++i) {
+    make_staged_slots();
+    for (std::size_t i = 0; i < slot_count_; ++i) {
       auto& c = slots_[i];
-      c.op = this;
-      c.slot = static_cast<std::uint32_t>(i);
-      c.rank = rank;
-      c.world_size = world_size;
-      c.element_size = es;
-      c.root = root;
-      c.red = red;
       c.shared = in_place;
       c.in_host = comm_->take_host_block(in_layout_.blocks * chunk_bytes);
       c.in_lease = host_lease(c.in_host);
@@ -883,29 +893,80 @@ class collective_op_base : public collective_context, public operation_base {
     pump_staged();
   }
 
-  // The v forms' staged path: one chunk over host buffers laid out as the
-  // user's, the input copied in whole and the output's blocks copied back
-  // (copy_whole). The blocks' sizes differ by peer, so the chunked path's
-  // equal slices of every block do not apply (design-notes item 44 sketches
-  // a per-pair chunking). Host memory is the input's and the output's
-  // extent, not bounded by the chunk size.
-  void start_staged_whole() {
-    chunks_ = 1;
-    slots_ = std::make_unique<staged_chunk[]>(1);
-    slot_count_ = 1;
-    auto& c = slots_[0];
-    c.op = this;
-    c.rank = rank;
-    c.world_size = world_size;
-    c.element_size = spec_.red->element_size;
-    c.root = root;
-    c.red = red;
-    c.peer_blocks = peer_blocks;
-    c.in_host = comm_->take_host_block(spec_.input.region.length);
-    c.in_lease = host_lease(c.in_host);
-    c.out_host = comm_->take_host_block(spec_.output.region.length);
-    c.out_lease = host_lease(c.out_host);
+  // The chunk slots for chunks_ chunks (at most staging_depth), with what
+  // every chunk of this operation shares.
+  void make_staged_slots() {
+    slot_count_ = std::min<std::size_t>(staging_depth, chunks_);
+    slots_ = std::make_unique<staged_chunk[]>(slot_count_);
+    for (std::size_t i = 0; i < slot_count_; ++i) {
+      auto& c = slots_[i];
+      c.op = this;
+      c.slot = static_cast<std::uint32_t>(i);
+      c.rank = rank;
+      c.world_size = world_size;
+      c.element_size = spec_.red->element_size;
+      c.root = root;
+      c.red = red;
+    }
+  }
+
+  // The v forms' staged path. Each pair's block goes in chunks of
+  // pair_chunk_ elements, and a block of n elements takes n / pair_chunk_ + 1
+  // of them, the last one shorter (maybe empty). Both ends of a pair know n,
+  // so they agree on the sequence without asking anyone; a count they
+  // disagree on shows as a chunk of the wrong length, a collective_mismatch.
+  // Chunk k of this rank exchanges slice k of every block that has one (the
+  // others are absent_blocks), so this rank runs as many chunks as its
+  // longest block needs, and a peer's chunk k meets it in chunk k. Host
+  // memory per slot: P slices in, P out (all_gatherv: one in), each at most
+  // pair_chunk_ elements, about staging_chunk_bytes() each way.
+  void start_staged_pairs() {
+    const std::size_t es = spec_.red->element_size;
+    const auto P = static_cast<std::size_t>(world_size);
+    pair_chunk_ = std::max<std::size_t>(1, staging_chunk_bytes() / es / P);
+    std::size_t longest = 0;
+    for (int p = 0; p < world_size; ++p) longest = std::max({longest, send_bytes(p) / es, recv_bytes(p) / es});
+    chunks_ = longest / pair_chunk_ + 1;
+    pair_stride_ = std::min(pair_chunk_, longest);
+    const bool one_input = spec_.kind == collective_kind::all_gatherv;
+    make_staged_slots();
+    for (std::size_t i = 0; i < slot_count_; ++i) {
+      auto& c = slots_[i];
+      c.pair_blocks.resize(4 * P);
+      c.pair_absent.resize(2 * P);
+      c.peer_blocks = c.pair_blocks;
+      c.absent_blocks = c.pair_absent;
+      c.in_host = comm_->take_host_block((one_input ? 1 : P) * pair_stride_ * es);
+      c.in_lease = host_lease(c.in_host);
+      c.out_host = comm_->take_host_block(P * pair_stride_ * es);
+      c.out_lease = host_lease(c.out_host);
+    }
     pump_staged();
+  }
+
+  // Chunk k's blocks on slot c (start_staged_pairs): slice k of each block
+  // (elements [k·pair_chunk_, (k+1)·pair_chunk_) of it) where the block
+  // reaches it, at pair_stride_ elements per peer in the host buffers
+  // (all_gatherv's one input slice at 0).
+  void set_pair_chunk(staged_chunk& c, std::size_t k) noexcept {
+    const std::size_t es = spec_.red->element_size, P = static_cast<std::size_t>(world_size);
+    const std::size_t begin = k * pair_chunk_;
+    const bool one_input = spec_.kind == collective_kind::all_gatherv;
+    auto slice = [&](std::size_t n, std::uint8_t& absent) {
+      absent = n / pair_chunk_ < k;
+      return absent ? 0 : std::min(pair_chunk_, n - begin);
+    };
+    for (std::size_t p = 0; p < P; ++p) {
+      const int q = static_cast<int>(p);
+      c.pair_blocks[send_counts_at * P + p] = slice(send_bytes(q) / es, c.pair_absent[p]);
+      c.pair_blocks[send_displs_at * P + p] = one_input ? 0 : p * pair_stride_;
+      c.pair_blocks[recv_counts_at * P + p] = slice(recv_bytes(q) / es, c.pair_absent[P + p]);
+      c.pair_blocks[recv_displs_at * P + p] = p * pair_stride_;
+    }
+    c.first = begin;  // elements into each user block; c.length is unused
+    c.count = 0;
+    c.input = {c.in_host.bytes.get(), c.in_host.size, c.in_lease.descriptor()};
+    c.output = {c.out_host.bytes.get(), c.out_host.size, c.out_lease.descriptor()};
   }
 
   registration_lease host_lease(const host_block& b) {
@@ -921,7 +982,7 @@ class collective_op_base : public collective_context, public operation_base {
   // slot's host buffer (blocks packed back to back on the host side).
   std::size_t copy_chunk(const user_buffer& dev, const staged_layout& layout, host_block& host,
                          const staged_chunk& c, bool to_host) {
-    if (!peer_blocks.empty()) return copy_whole(dev, host, to_host);
+    if (!peer_blocks.empty()) return copy_pairs(dev, host, c, to_host);
     const std::size_t es = spec_.red->element_size;
     const std::size_t bytes = c.length * es, offset = c.first * es;
     if (bytes == 0 || layout.blocks == 0) return 0;
@@ -934,22 +995,25 @@ class collective_op_base : public collective_context, public operation_base {
     return layout.blocks * bytes;
   }
 
-  // The v forms' copies (start_staged_whole): the input's extent in one
-  // copy, since gaps between its blocks are only read; the output block by
-  // block, so that the gaps of the user's buffer keep their contents.
-  std::size_t copy_whole(const user_buffer& dev, host_block& host, bool to_host) {
-    const std::size_t length = dev.region.length;
-    if (length == 0) return 0;
-    if (to_host) {
-      dev.domain.ops->to_host(dev.domain.domain, dev.device_address, host.bytes.get(), length);
-      return length;
-    }
+  // A v form's chunk copies (start_staged_pairs): slice c.first of each
+  // block of the user's buffer that the chunk exchanges, to or from its
+  // place in the host buffer; all_gatherv's input slice once.
+  std::size_t copy_pairs(const user_buffer& dev, host_block& host, const staged_chunk& c, bool to_host) {
     std::size_t copied = 0;
+    const std::size_t first = bytes(c.first);
     for (int p = 0; p < world_size; ++p) {
-      const std::size_t offset = recv_offset(p), bytes = recv_bytes(p);
-      if (bytes == 0) continue;
-      dev.domain.ops->from_host(dev.domain.domain, dev.device_address + offset, host.bytes.get() + offset, bytes);
-      copied += bytes;
+      const std::size_t length = to_host ? c.send_bytes(p) : c.recv_bytes(p);
+      if (length == 0) continue;
+      if (to_host) {
+        dev.domain.ops->to_host(dev.domain.domain, dev.device_address + send_offset(p) + first,
+                                host.bytes.get() + c.send_offset(p), length);
+        copied += length;
+        if (spec_.kind == collective_kind::all_gatherv) break;  // every peer's slice is this one
+      } else {
+        dev.domain.ops->from_host(dev.domain.domain, dev.device_address + recv_offset(p) + first,
+                                  host.bytes.get() + c.recv_offset(p), length);
+        copied += length;
+      }
     }
     return copied;
   }
@@ -980,16 +1044,17 @@ class collective_op_base : public collective_context, public operation_base {
 
   void start_chunk(staged_chunk& c) noexcept {
     const std::size_t k = next_chunk_++;
-    c.first = k * chunk_elements_;
-    c.length = std::min(chunk_elements_, spec_.count - std::min(spec_.count, c.first));
-    c.count = c.length;
-    const std::size_t es = spec_.red->element_size;
-    c.input = {c.in_host.bytes.get(), in_layout_.blocks * c.length * es, c.in_lease.descriptor()};
-    c.output = c.shared ? c.input
-                        : buffer_desc{c.out_host.bytes.get(), out_layout_.blocks * c.length * es, c.out_lease.descriptor()};
-    if (!peer_blocks.empty()) {  // start_staged_whole: the user's layout
-      c.input = {c.in_host.bytes.get(), spec_.input.region.length, c.in_lease.descriptor()};
-      c.output = {c.out_host.bytes.get(), spec_.output.region.length, c.out_lease.descriptor()};
+    if (!peer_blocks.empty()) {
+      set_pair_chunk(c, k);
+    } else {
+      c.first = k * chunk_elements_;
+      c.length = std::min(chunk_elements_, spec_.count - std::min(spec_.count, c.first));
+      c.count = c.length;
+      const std::size_t es = spec_.red->element_size;
+      c.input = {c.in_host.bytes.get(), in_layout_.blocks * c.length * es, c.in_lease.descriptor()};
+      c.output = c.shared ? c.input
+                          : buffer_desc{c.out_host.bytes.get(), out_layout_.blocks * c.length * es,
+                                        c.out_lease.descriptor()};
     }
     if (c.input.bytes == 0) c.input = {};
     if (c.output.bytes == 0) c.output = {};
@@ -1120,6 +1185,8 @@ class collective_op_base : public collective_context, public operation_base {
   std::size_t slot_count_ = 0;
   staged_layout in_layout_, out_layout_;
   std::size_t chunk_elements_ = 1;
+  std::size_t pair_chunk_ = 1;   // a v form's chunk of each block, elements (start_staged_pairs)
+  std::size_t pair_stride_ = 0;  // elements per peer in its chunks' host buffers
   std::size_t chunks_ = 0;
   std::size_t next_chunk_ = 0;
   bool pumping_ = false;

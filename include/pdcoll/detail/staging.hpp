@@ -19,6 +19,14 @@
 // other; a slot's next chunk reuses its indices only after its previous one
 // completed on this rank, and messages between a pair match in send order.
 //
+// The v forms (all_to_allv, all_gatherv) chunk each pair's block on its
+// own instead: a block of n elements goes in n / L + 1 chunks of at most L
+// = staging_chunk_bytes() / element size / P elements, the last one
+// shorter (maybe empty), so both ends of a pair know the sequence from
+// their own count and a count they disagree on fails a chunk's length.
+// Chunk k of a rank exchanges slice k of each block that reaches it, so a
+// rank runs as many chunks as its longest block needs.
+//
 // Every rank must choose the same path for the same collective (the chunking
 // changes the messages): use the same memory domain and the same
 // PDCOLL_FORCE_STAGING and PDCOLL_STAGING_CHUNK_BYTES on every rank, or the
