@@ -14,7 +14,9 @@
 #include <pdcoll/pdcoll.hpp>
 #include <support/variable_blocks.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <span>
 #include <string>
@@ -168,9 +170,22 @@ TEST_CASE("all_to_allv and all_gatherv on emulated_device memory give the right 
   const auto paths = comm.data_path_statistics();
   INFO("transport " << comm.transport_name());
   if (staging_expected(comm)) {
-    // Staged whole: one chunk each, every byte through the counted copies.
+    // Staged per pair in chunks of 64 KiB / P (PDCOLL_STAGING_CHUNK_BYTES):
+    // as many as this rank's longest block needs (n / chunk + 1), every
+    // byte of its blocks through the counted copies.
+    const std::size_t chunk = 65536 / sizeof(float) / static_cast<std::size_t>(P);
+    std::size_t longest = 0, longest_gathered = 0;
+    std::uint64_t blocks_bytes = 0;
+    for (int p = 0; p < P; ++p) {
+      const auto q = static_cast<std::size_t>(p);
+      longest = std::max({longest, l.send_counts[q], l.recv_counts[q]});
+      longest_gathered = std::max(longest_gathered, g.recv_counts[q]);
+      blocks_bytes += (l.send_counts[q] + l.recv_counts[q] + g.recv_counts[q]) * sizeof(float);
+    }
+    blocks_bytes += g.recv_counts[static_cast<std::size_t>(r)] * sizeof(float);  // all_gatherv's input, once
     CHECK(paths.staged_operations - before.staged_operations == 2);
-    CHECK(paths.staged_chunks - before.staged_chunks == 2);
+    CHECK(paths.staged_chunks - before.staged_chunks == longest / chunk + 1 + longest_gathered / chunk + 1);
+    CHECK(paths.staged_bytes - before.staged_bytes == blocks_bytes);
     CHECK(copies.device_to_host_bytes + copies.host_to_device_bytes == paths.staged_bytes - before.staged_bytes);
   } else {
     CHECK(paths.direct_operations - before.direct_operations == 2);
