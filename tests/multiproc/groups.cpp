@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <pdcoll/pdcoll.hpp>
+#include <support/outcome.hpp>
 #include <support/reference.hpp>
 
 #include <algorithm>
@@ -22,6 +23,7 @@ namespace {
 
 using namespace pdcoll;
 using pdcoll::testing::check_reduced;
+using pdcoll::testing::error_of;
 using pdcoll::testing::make_input;
 namespace ex = pdcoll::exec;
 
@@ -84,17 +86,6 @@ void check_group(const std::optional<group>& maybe, const std::vector<int>& expe
       CHECK_MESSAGE(exact.empty(), where(g) << ", int32 sum of " << count << ": " << exact);
     }
   }
-}
-
-/// The error `call` throws as std::system_error, or none.
-template <class F>
-std::error_code code_of(F&& call) {
-  try {
-    call();
-  } catch (const std::system_error& e) {
-    return e.code();
-  }
-  return {};
 }
 
 /// The members of `color` under MPI_Comm_split's rule, from every rank's color and key.
@@ -212,7 +203,7 @@ TEST_CASE("a group split again, three levels deep, with the job splitting betwee
   CHECK(alone.has_value() == (me == 0));
   check_group(fresh->split(0, -i), in_job(expected_members(n, 0, [](int) { return 0; }, reversed)), 745);
   // Bad arguments on one member fail every member of the parent, which stays usable.
-  CHECK(code_of([&] { (void)g->split(i == n - 1 ? -5 : 0); }) == errc::invalid_argument);
+  CHECK(error_of([&] { (void)g->split(i == n - 1 ? -5 : 0); }) == errc::invalid_argument);
   check_group(g->split(0), parity, 750);
 }
 
@@ -220,18 +211,18 @@ TEST_CASE("bad splits fail on every rank and leave the job usable") {
   auto& j = the_job();
   const int P = j.world_size(), me = j.rank();
   // Refused on every rank, whether every rank or only one passed bad arguments.
-  CHECK(code_of([&] { (void)j.split(-2); }) == errc::invalid_argument);
-  CHECK(code_of([&] { (void)j.new_group({0, 0}); }) == errc::invalid_argument);
-  CHECK(code_of([&] { (void)j.new_group({P}); }) == errc::invalid_argument);
-  CHECK(code_of([&] { (void)j.split(me == P - 1 ? -2 : 0); }) == errc::invalid_argument);
-  CHECK(code_of([&] {
+  CHECK(error_of([&] { (void)j.split(-2); }) == errc::invalid_argument);
+  CHECK(error_of([&] { (void)j.new_group({0, 0}); }) == errc::invalid_argument);
+  CHECK(error_of([&] { (void)j.new_group({P}); }) == errc::invalid_argument);
+  CHECK(error_of([&] { (void)j.split(me == P - 1 ? -2 : 0); }) == errc::invalid_argument);
+  CHECK(error_of([&] {
           if (me == P - 1) (void)j.new_group({0, 0});
           else (void)j.new_group({0});
         }) == errc::invalid_argument);
   if (P > 1) {
     // Lists that differ between ranks, and split against new_group: every rank hears of it.
-    CHECK(code_of([&] { (void)j.new_group({me}); }) == errc::collective_mismatch);
-    CHECK(code_of([&] {
+    CHECK(error_of([&] { (void)j.new_group({me}); }) == errc::collective_mismatch);
+    CHECK(error_of([&] {
             if (me == 0) (void)j.new_group({0});
             else (void)j.split(0);
           }) == errc::collective_mismatch);

@@ -12,6 +12,7 @@
 
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
+#include <support/outcome.hpp>
 #include <support/reference.hpp>
 #include <support/variable_blocks.hpp>
 
@@ -30,14 +31,12 @@ namespace {
 
 using sizes = std::vector<std::size_t>;
 
+// How `sender` ended, waited for at most 20 s.
 template <class S>
 std::error_code outcome(S&& sender) {
-  try {
+  return pdcoll::testing::error_of([&] {
     pdcoll::exec::sync_wait(std::forward<S>(sender) | pdcoll::exec::with_deadline(std::chrono::seconds(20)));
-  } catch (const std::system_error& e) {
-    return e.code();
-  }
-  return {};
+  });
 }
 
 // Runs `call` on 3 ranks; rank 0 must fail it with collective_mismatch, and

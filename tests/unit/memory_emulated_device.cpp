@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <pdcoll/memory/emulated_device.hpp>
+#include <support/outcome.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,17 +21,7 @@
 namespace mem = pdcoll::memory;
 using device_view = pdcoll::view<std::int32_t, mem::emulated_device>;
 
-namespace {
-template <class F>
-std::error_code error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    return e.code();
-  }
-  return {};
-}
-}  // namespace
+using pdcoll::testing::error_of;
 
 TEST_CASE("copies to and from the emulated device round-trip and are counted in bytes and calls") {
   mem::emulated_device dev(1 << 20);
