@@ -202,16 +202,20 @@ struct shared_memory {
   /// one message each, all posted at once (direct's exchange). Pairwise
   /// exchange without node memory. See v_through.
   static pdcoll::detail::collective_task all_to_allv(pdcoll::detail::collective_context& ctx) {
-    auto* node = ctx.node_memory();
-    if (!node || ctx.world_size == 1 || !v_header_fits(ctx, *node)) return pairwise::all_to_allv(ctx);
-    return v_through(ctx, *node, ctx.reserve_node_steps(1), v_section_bytes(ctx, *node, false), false);
+    return v_form(ctx, false);
   }
   /// all_gatherv through node memory: as all_to_allv, with this rank's one
   /// block in its slot for every peer to read (up to v_section_bytes).
   static pdcoll::detail::collective_task all_gatherv(pdcoll::detail::collective_context& ctx) {
+    return v_form(ctx, true);
+  }
+
+  /// all_to_allv, or all_gatherv (one_block), as above.
+  static pdcoll::detail::collective_task v_form(pdcoll::detail::collective_context& ctx, bool one_block) {
     auto* node = ctx.node_memory();
-    if (!node || ctx.world_size == 1 || !v_header_fits(ctx, *node)) return pairwise::all_gatherv(ctx);
-    return v_through(ctx, *node, ctx.reserve_node_steps(1), v_section_bytes(ctx, *node, true), true);
+    if (!node || ctx.world_size == 1 || !v_header_fits(ctx, *node))
+      return one_block ? pairwise::all_gatherv(ctx) : pairwise::all_to_allv(ctx);
+    return v_through(ctx, *node, ctx.reserve_node_steps(1), v_section_bytes(ctx, *node, one_block), one_block);
   }
 
   /// Bytes at the start of a slot that hold the v forms' block lengths
