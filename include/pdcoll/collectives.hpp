@@ -422,7 +422,8 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, reduction o
 /// Broadcast: `in` at `root` copied into `out` on every rank (in == out for
 /// in place; non-roots may pass their `out` as `in`). Algo: algo::automatic
 /// (through node memory where ranks share a host, but for one message on 2
-/// ranks from 64 KiB to below 512 KiB; otherwise the tree, and
+/// ranks from 64 KiB to below 512 KiB where the node's copy probe found one
+/// kernel copy faster than two through the slots; otherwise the tree, and
 /// the chain from 4 MiB on more than 2 ranks), algo::shared_memory,
 /// algo::tree (binomial) or algo::chain (pipelined, for large messages).
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
@@ -529,9 +530,11 @@ collective_sender reduce_scatter(communicator& comm, In&& in, Out&& out, Op = {}
 
 /// All-to-all: `in` holds P blocks of n elements; block p goes to rank p,
 /// which stores it as block r (this rank) of its `out`. Algo:
-/// algo::automatic (where ranks share a host, through node memory below
-/// 64 KiB of whole buffer on 2 ranks and 256 KiB on more, every block posted
-/// at once above; pairwise exchange otherwise), algo::shared_memory,
+/// algo::automatic (where ranks share a host, through node memory; where the
+/// node's copy probe found one kernel copy faster than two through the
+/// slots, only below 64 KiB of whole buffer on 2 ranks and 256 KiB on more,
+/// every block posted at once above; pairwise exchange otherwise),
+/// algo::shared_memory,
 /// algo::direct (every block posted at once) or algo::pairwise (P-1 steps).
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out>
 collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
@@ -569,8 +572,9 @@ collective_sender all_to_all(communicator& comm, In&& in, Out&& out) {
 /// checks it); ranks that finish before the abort reaches them fail their
 /// next collective. Algo, the same on every rank: algo::automatic (where
 /// ranks share a host and the buffers are reached directly, one
-/// node-memory step carries the lengths and the blocks below the
-/// all-to-all's slot threshold, larger blocks one message each; pairwise
+/// node-memory step carries the lengths and the blocks that fit a slot's
+/// section, or only those below the all-to-all's slot threshold where the
+/// node's copy probe favours messages; larger blocks one message each; pairwise
 /// otherwise), algo::shared_memory (the same step, every block that fits a
 /// slot's section through it), algo::direct (every block a message, all
 /// posted at once) or algo::pairwise (P-1 steps of one exchange). Device

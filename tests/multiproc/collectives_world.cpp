@@ -451,6 +451,18 @@ TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix f
   const bool expected = comm.transport_name().find("shm") != std::string::npos && !(off && std::string(off) == "0");
   if ((comm.endpoint().shared_node_memory() != nullptr) != expected)
     f.add(std::string("node memory ") + (expected ? "missing" : "present") + " on " + comm.transport_name());
+  if (auto* node = comm.endpoint().shared_node_memory()) {
+    // The copy probe's verdict: the same on every rank, and PDCOLL_NODE_BULK's where set.
+    const int mine = node->bulk_through_slots() ? 1 : 0;
+    std::vector<int> lowest{mine}, highest{mine};
+    if (!run(f, "all-reduce of the verdicts", ex::when_all(all_reduce(comm, lowest, op::min),
+                                                           all_reduce(comm, highest, op::max))))
+      return;
+    if (lowest[0] != highest[0]) f.add("ranks disagree on bulk_through_slots");
+    const char* bulk = std::getenv("PDCOLL_NODE_BULK");
+    if (bulk && std::string(bulk) == "slots" && mine != 1) f.add("PDCOLL_NODE_BULK=slots not followed");
+    if (bulk && std::string(bulk) == "messages" && mine != 0) f.add("PDCOLL_NODE_BULK=messages not followed");
+  }
   std::uint64_t salt = 500;
   all_reduce_matrix<algo::shared_memory>(f, salt);
   all_reduce_matrix<algo::shared_memory_scatter>(f, salt);

@@ -15,11 +15,14 @@ namespace pdcoll::testing {
 
 /// Runs body(comm) on `world_size` ranks in threads; rethrows the first
 /// exception a rank threw. Each rank's communicator lives for the call.
-/// `node_memory_bytes` > 0 gives the ranks node memory (as on shm).
+/// `node_memory_bytes` > 0 gives the ranks node memory (as on shm), whose
+/// bulk_through_slots() answers `bulk_through_slots` (on shm the copy
+/// probe's verdict).
 inline void run_inproc(int world_size, const std::function<void(communicator&)>& body,
-                       communicator_options options = {}, std::size_t node_memory_bytes = 0) {
+                       communicator_options options = {}, std::size_t node_memory_bytes = 0,
+                       bool bulk_through_slots = false) {
   auto fabric = transport::inproc::fabric::create(world_size);
-  if (node_memory_bytes) fabric->enable_node_memory(node_memory_bytes);
+  if (node_memory_bytes) fabric->enable_node_memory(node_memory_bytes, bulk_through_slots);
   std::vector<std::unique_ptr<communicator>> comms;
   for (int r = 0; r < world_size; ++r) comms.push_back(std::make_unique<communicator>(fabric->endpoint_for(r), options));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world_size));

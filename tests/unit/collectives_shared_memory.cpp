@@ -627,6 +627,85 @@ TEST_CASE("slot broadcasts, reduces and all-to-alls in flight with a chunked all
   CHECK(wrong == 0);
 }
 
+TEST_CASE("automatic follows the node's copy verdict: where it favours the slots, broadcasts, all-to-alls, all-gathers and reduce-scatters of every size go through them") {
+  // The cases the thresholds send as messages where the verdict favours
+  // messages (the test above); all-gathers and reduce-scatters on 2 ranks
+  // from automatic_node_slots_bytes(2), below and from node_direct_bytes
+  // (ordinary buffers: node_direct's fallback), take the ring there.
+  struct expectation {
+    int world;
+    const char* collective;
+    std::size_t floats;  // broadcast: the buffer; the others: one block
+    bool bulk_through_slots;
+    bool slots;
+  };
+  namespace algo = pdcoll::algo;
+  const std::size_t window_from = algo::automatic::automatic_message_broadcast_from / sizeof(float);
+  const std::size_t a2a_slots_2 = algo::automatic::automatic_node_slots_bytes(2) / sizeof(float) / 2;
+  const std::size_t a2a_slots_3 = algo::automatic::automatic_node_slots_bytes(3) / sizeof(float) / 3;
+  const std::size_t gather_2 = algo::automatic::automatic_node_slots_bytes(2) / sizeof(float) / 2;
+  const std::size_t direct_2 = algo::node_direct_bytes / sizeof(float) / 2;
+  const expectation cases[] = {
+      {2, "broadcast", window_from, true, true},         {2, "all_to_all", a2a_slots_2, true, true},
+      {2, "all_to_all", 4 * a2a_slots_2 + 3, true, true}, {3, "all_to_all", a2a_slots_3 + 1, true, true},
+      {2, "all_gather", gather_2, true, true},           {2, "all_gather", gather_2, false, false},
+      {2, "all_gather", direct_2 + 5, true, true},       {2, "all_gather", direct_2 + 5, false, false},
+      {2, "reduce_scatter", gather_2, true, true},       {2, "reduce_scatter", gather_2, false, false},
+      {2, "reduce_scatter", direct_2 + 5, true, true},   {2, "reduce_scatter", direct_2 + 5, false, false},
+      {3, "all_gather", direct_2, true, true},           {3, "reduce_scatter", direct_2, false, true},
+  };
+  for (const auto& e : cases) {
+    CAPTURE(e.world);
+    CAPTURE(e.collective);
+    CAPTURE(e.floats);
+    CAPTURE(e.bulk_through_slots);
+    pdcoll::testing::rank_failures failures;
+    pdcoll::testing::run_inproc(e.world, [&](pdcoll::communicator& comm) {
+      const int r = comm.rank(), P = comm.world_size();
+      const auto Pz = static_cast<std::size_t>(P);
+      const std::uint64_t salt = 1500 + e.floats;
+      const std::string what = e.collective;
+      const std::size_t n = e.floats;
+      CHECK(comm.endpoint().shared_node_memory()->bulk_through_slots() == e.bulk_through_slots);
+      fresh_slots_of(comm);
+      std::error_code ec;
+      bool right = false;
+      bool involved = true;  // whether this rank's slots show the path
+      if (what == "broadcast") {
+        std::vector<float> data(n, -1.0f);
+        if (r == 0)
+          for (std::size_t i = 0; i < n; ++i) data[i] = contribution(0, i, salt);
+        ec = outcome_of(pdcoll::broadcast(comm, std::span<float>(data), 0));
+        right = !ec;
+        for (std::size_t i = 0; i < n && right; ++i) right = data[i] == contribution(0, i, salt);
+        involved = r == 0;
+      } else if (what == "all_to_all") {
+        std::vector<float> in(n * Pz), out(n * Pz);
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = contribution(r, i, salt);
+        ec = outcome_of(pdcoll::all_to_all(comm, std::span<const float>(in), std::span<float>(out)));
+        right = !ec;
+        for (std::size_t i = 0; i < out.size() && right; ++i)
+          right = out[i] == contribution(static_cast<int>(i / n), static_cast<std::size_t>(r) * n + i % n, salt);
+      } else if (what == "all_gather") {
+        std::vector<float> in(n), out(n * Pz);
+        for (std::size_t i = 0; i < n; ++i) in[i] = contribution(r, i, salt);
+        ec = outcome_of(pdcoll::all_gather(comm, std::span<const float>(in), std::span<float>(out)));
+        right = !ec;
+        for (std::size_t i = 0; i < out.size() && right; ++i) right = out[i] == contribution(static_cast<int>(i / n), i % n, salt);
+      } else {
+        std::vector<float> in(n * Pz), out(n);
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = contribution(r, i, salt);
+        ec = outcome_of(pdcoll::reduce_scatter(comm, std::span<const float>(in), std::span<float>(out), pdcoll::op::sum));
+        const auto sums = expected_sum(P, n * Pz, salt);
+        right = !ec;
+        for (std::size_t i = 0; i < n && right; ++i) right = out[i] == sums[static_cast<std::size_t>(r) * n + i];
+      }
+      failures.check(r, what, ec, right, true, !involved || slots_untouched(comm) != e.slots);
+    }, {}, region_bytes, e.bulk_through_slots);
+    failures.report();
+  }
+}
+
 TEST_CASE("automatic broadcast, reduce and all-to-all on node memory: the slots, one message for 2-rank broadcasts from 64 KiB to below 512 KiB, all-to-alls above the slot threshold posted at once") {
   // Which path ran shows in the slots: the root's for a broadcast, the
   // others' for a reduce, every rank's for an all-to-all.

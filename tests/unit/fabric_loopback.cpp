@@ -2,6 +2,10 @@
 // (shm and tcp;ofi_rxm), covering the transport contract in one process.
 #include <doctest/doctest.h>
 
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <numeric>
 
 #include "multiproc/fork_harness.hpp"
@@ -233,4 +237,40 @@ TEST_CASE("destroying an endpoint completes its outstanding receives as cancelle
     CHECK(a.result.error == std::errc::operation_canceled);
     CHECK(b.result.error == std::errc::operation_canceled);
   }
+}
+
+TEST_CASE("the shm copy probe's verdict: every rank's figures summed, the lowest rank's PDCOLL_NODE_BULK first") {
+  using fabric::detail::bulk_through_slots;
+  // Figures are "<kernel ns>/<two user copies ns>" per 256 KiB.
+  CHECK(bulk_through_slots({"17000/4000", "16000/4200"}));
+  CHECK_FALSE(bulk_through_slots({"13000/17000", "12000/16000"}));
+  CHECK(bulk_through_slots({"10000/30000", "30000/5000"}));  // summed: 40,000 against 35,000
+  CHECK_FALSE(bulk_through_slots({"10000/30000", "25000/5000"}));
+  CHECK_FALSE(bulk_through_slots({"17000/4000", "messages", "slots"}));
+  CHECK(bulk_through_slots({"13000/17000", "slots", "messages"}));
+  // No rank measured the kernel's copy (process_vm_readv refused): the
+  // messages would not take it either.
+  CHECK(bulk_through_slots({"0/4000", "-", "garbage"}));
+  CHECK(bulk_through_slots({}));
+
+  const auto probe = fabric::detail::measure_copies();
+  CHECK(probe.user_ns > 0);
+  std::vector<std::byte> word(8);
+  iovec local{word.data(), word.size()}, remote{word.data(), word.size()};
+  const bool readable = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == 8;
+  CHECK((probe.kernel_ns > 0) == readable);
+}
+
+TEST_CASE("PDCOLL_NODE_BULK sets an shm endpoint's node-memory verdict") {
+  for (const char* value : {"slots", "messages"}) {
+    CAPTURE(value);
+    ::setenv("PDCOLL_NODE_BULK", value, 1);
+    auto ep = open_self("shm");
+    ::unsetenv("PDCOLL_NODE_BULK");
+    auto* node = ep->shared_node_memory();
+    REQUIRE(node != nullptr);
+    CHECK(node->bulk_through_slots() == (std::string(value) == "slots"));
+  }
+  auto tcp = open_self("tcp");
+  CHECK(tcp->shared_node_memory() == nullptr);
 }

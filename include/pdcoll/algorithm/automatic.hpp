@@ -25,6 +25,20 @@
 // shm) the shared-memory algorithms replace that composition (see
 // automatic_scatter_threshold).
 //
+// For the other collectives on node memory, whether large blocks go through
+// the slots (two copies in user space) or as messages (one kernel copy) is
+// the machine's: the shm transport times both at setup and every rank
+// reads the same verdict (node_memory::bulk_through_slots,
+// transport/libfabric/copy_probe.hpp). Where it favours the slots, every
+// size goes through them; else the thresholds below, measured where the
+// kernel copy led. Session 45's AMD EPYC VM (the probe: 17 µs per 256 KiB by
+// the kernel, 4 by two memcpy) against the thresholds' message paths,
+// bench/compare_collectives.sh --algos "automatic shared_memory" --rounds 5
+// -n 200, medians of busbw GB/s: 2 ranks broadcast 256 KiB 14.4 -> 59.5,
+// all-gather 1 MiB 13.8 -> 28.5, reduce-scatter 64 MiB 3.8 -> 9.9,
+// all-to-all 1 MiB 11.2 -> 17.3; 4 ranks all-to-all 1 MiB 4.0 -> 8.5
+// (design-notes item 48).
+//
 // PDCOLL_ALGO=<name> forces one of the all-reduce algorithms compiled in
 // (ring, recursive_doubling, rabenseifner, tree, direct, two_shot,
 // shared_memory, shared_memory_scatter) for experiments;
@@ -158,19 +172,20 @@ struct automatic {
   }
 
   /// The default reduce-scatter. Ranks on one host: through node memory
-  /// (shared_memory) below automatic_node_slots_bytes(P) of whole buffer,
+  /// (shared_memory) below node_slots_bytes (node_direct_bytes where the
+  /// node's copies favour the slots, else automatic_node_slots_bytes(P)),
   /// node_direct from node_direct_bytes (straight between shareable
-  /// buffers, else through node memory on more than 2 ranks and by the
-  /// ring on 2), the ring between; the ring otherwise.
+  /// buffers, else through node memory, or by the ring on 2 ranks where
+  /// the kernel copy leads), the ring between; the ring otherwise.
   static pdcoll::detail::collective_task reduce_scatter(pdcoll::detail::collective_context& ctx) {
-    if (ctx.node_memory() && whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size))
+    if (auto* node = ctx.node_memory(); node && whole_bytes(ctx) < node_slots_bytes(*node, ctx.world_size))
       return shared_memory::reduce_scatter(ctx);
     return node_direct::reduce_scatter(ctx);
   }
 
   /// The default all-gather, chosen as the reduce-scatter.
   static pdcoll::detail::collective_task all_gather(pdcoll::detail::collective_context& ctx) {
-    if (ctx.node_memory() && whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size))
+    if (auto* node = ctx.node_memory(); node && whole_bytes(ctx) < node_slots_bytes(*node, ctx.world_size))
       return shared_memory::all_gather(ctx);
     return node_direct::all_gather(ctx);
   }
@@ -178,8 +193,9 @@ struct automatic {
   /// The default broadcast. Ranks on one host: through node memory
   /// (shared_memory; the root's copy into its slot and the others' out of
   /// it overlap from the second slot-sized step), except on 2 ranks from
-  /// 64 KiB to below 512 KiB, where one message (one copy through the
-  /// kernel, CMA) beats the slot's two copies in sequence. Measured on the
+  /// 64 KiB to below 512 KiB where the node's copy probe favours messages:
+  /// there one message (one copy through the kernel, CMA) beat the slot's
+  /// two copies in sequence. Measured on the
   /// reference machine (pdcoll-bench over shm, float, in place, busbw GB/s,
   /// tree against shared_memory): 2 ranks 4 KiB 1.9 -> 3.4-3.6, 16 KiB 4.1
   /// -> 7.3, 1 MiB 7.6-8.2 -> 14.2-14.9, 64 MiB 3.2-3.9 -> 5.9-7.4; 4 ranks
@@ -191,9 +207,9 @@ struct automatic {
   /// tree below automatic_chain_bytes, the pipelined chain from it.
   static pdcoll::detail::collective_task broadcast(pdcoll::detail::collective_context& ctx) {
     const std::size_t bytes = ctx.bytes(ctx.count);
-    if (ctx.node_memory()) {
-      const bool one_message =
-          ctx.world_size == 2 && bytes >= automatic_message_broadcast_from && bytes < automatic_message_broadcast_below;
+    if (auto* node = ctx.node_memory()) {
+      const bool one_message = !node->bulk_through_slots() && ctx.world_size == 2 &&
+                               bytes >= automatic_message_broadcast_from && bytes < automatic_message_broadcast_below;
       return one_message ? tree::broadcast(ctx) : shared_memory::broadcast(ctx);
     }
     if (ctx.world_size > 2 && bytes >= automatic_chain_bytes) return chain::broadcast(ctx);
@@ -218,10 +234,11 @@ struct automatic {
   }
 
   /// The default all-to-all: where ranks share a host, through node memory
-  /// (shared_memory) below automatic_node_slots_bytes(P) of whole buffer, as
-  /// the reduce-scatter, and above it every block posted at once (direct):
-  /// each message is then one copy through the kernel (CMA) against the
-  /// slots' two, and no rank waits for a step. Pairwise exchange otherwise.
+  /// (shared_memory); where the node's copy probe favours messages, only
+  /// below automatic_node_slots_bytes(P) of whole buffer, as the
+  /// reduce-scatter, and above it every block posted at once (direct): each
+  /// message is then one copy through the kernel (CMA) against the slots'
+  /// two, and no rank waits for a step. Pairwise exchange otherwise.
   /// Measured on the reference machine (pdcoll-bench over shm, float, -c 1,
   /// busbw GB/s, pairwise / direct / shared_memory): 2 ranks 16 KiB 1.7 /
   /// 1.8 / 3.1, 64 KiB 5.2 / 5.2 / 4.8, 256 KiB 10.8 / 9.6 / 6.5, 1 MiB 6.5
@@ -230,14 +247,17 @@ struct automatic {
   /// (4 ranks, io_uring and libfabric tcp) neither of pairwise and direct
   /// led at every size.
   static pdcoll::detail::collective_task all_to_all(pdcoll::detail::collective_context& ctx) {
-    if (!ctx.node_memory()) return pairwise::all_to_all(ctx);
-    if (whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size)) return shared_memory::all_to_all(ctx);
+    auto* node = ctx.node_memory();
+    if (!node) return pairwise::all_to_all(ctx);
+    if (node->bulk_through_slots() || whole_bytes(ctx) < automatic_node_slots_bytes(ctx.world_size))
+      return shared_memory::all_to_all(ctx);
     return direct::all_to_all(ctx);
   }
   /// The default all_to_allv and all_gatherv. Where ranks share a host,
-  /// shared_memory's one node step carries every block smaller than the
-  /// all-to-all's per-block node-memory threshold
-  /// (automatic_node_slots_bytes(P) / P) and every block's length; larger
+  /// shared_memory's one node step carries every block's length and every
+  /// block that fits a slot's section, or, where the node's copy probe
+  /// favours messages, every block smaller than the all-to-all's per-block
+  /// node-memory threshold (automatic_node_slots_bytes(P) / P); larger
   /// blocks go as one message each, all posted at once (direct), as the
   /// all-to-all's do above it. Both ends of a pair see the block's size, so
   /// no rank needs another's counts to choose. Pairwise exchange otherwise.
@@ -259,8 +279,9 @@ struct automatic {
   /// 64 MiB 0.8 -> 1.0.
   static constexpr std::size_t automatic_chain_bytes = std::size_t{4} << 20;
 
-  /// Reduce-scatters and all-gathers of ranks on one host whose whole buffer
-  /// is smaller than this go through node memory (shared_memory): one
+  /// Where the node's copy probe favours messages, reduce-scatters and
+  /// all-gathers of ranks on one host whose whole buffer is smaller than
+  /// this go through node memory (shared_memory): one
   /// handshake per slot-sized step instead of the ring's P-1 message steps.
   /// On 2 ranks the ring is one exchange, one copy through the kernel (CMA)
   /// against two through the slots, so it wins from 64 KiB; on more ranks
@@ -282,11 +303,20 @@ struct automatic {
     if (!node) return one_block ? pairwise::all_gatherv(ctx) : pairwise::all_to_allv(ctx);
     if (ctx.world_size == 1 || !shared_memory::v_header_fits(ctx, *node))
       return one_block ? direct::all_gatherv(ctx) : direct::all_to_allv(ctx);
+    const std::size_t section = shared_memory::v_section_bytes(ctx, *node, one_block);
     const std::size_t below = automatic_node_slots_bytes(ctx.world_size) / static_cast<std::size_t>(ctx.world_size);
-    const std::size_t cap = std::min(shared_memory::v_section_bytes(ctx, *node, one_block), below ? below - 1 : 0);
+    const std::size_t cap = node->bulk_through_slots() ? section : std::min(section, below ? below - 1 : 0);
     return shared_memory::v_through(ctx, *node, ctx.reserve_node_steps(1), cap, one_block);
   }
   static pdcoll::detail::collective_task rejected() { co_return make_error_code(errc::invalid_argument); }
+  /// Below this many bytes of whole buffer a reduce-scatter or all-gather
+  /// goes through the slots: automatic_node_slots_bytes(P), or
+  /// node_direct_bytes on 2 ranks too where the node's copies favour the
+  /// slots (from there node_direct asks about shareable buffers and falls
+  /// back to the slots as well).
+  static std::size_t node_slots_bytes(const transport::node_memory& node, int world_size) noexcept {
+    return node.bulk_through_slots() ? node_direct_bytes : automatic_node_slots_bytes(world_size);
+  }
   /// A reduce-scatter's input, an all-gather's output or an all-to-all's
   /// buffer: P blocks of ctx.count.
   static std::size_t whole_bytes(const pdcoll::detail::collective_context& ctx) noexcept {

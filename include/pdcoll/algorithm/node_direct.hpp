@@ -23,8 +23,10 @@
 // for the others). Large all-gather outputs are written with non-temporal
 // stores.
 // Otherwise (ordinary buffers, a staged device buffer) the collective goes
-// through node memory (algorithm/shared_memory.hpp) on more than 2 ranks and
-// by the ring on 2, in steps reserved with the question; without node
+// through node memory (algorithm/shared_memory.hpp), in steps reserved with
+// the question, except on 2 ranks where the node's copy probe found one
+// kernel copy faster than two through the slots
+// (node_memory::bulk_through_slots): there the ring runs. Without node
 // memory, or below node_direct_bytes, the ring runs.
 #pragma once
 
@@ -61,7 +63,7 @@ struct node_direct {
     auto* node = ctx.node_memory();
     if (!worth_asking(ctx, node)) return ring::reduce_scatter(ctx);
     const std::size_t block = ctx.bytes(ctx.count);
-    const std::uint64_t slot_steps = slots_instead_of_ring(ctx) ? shared_memory::blockwise_steps(ctx, *node) : 0;
+    const std::uint64_t slot_steps = slots_instead_of_ring(ctx, *node) ? shared_memory::blockwise_steps(ctx, *node) : 0;
     return direct(ctx, *node, block * static_cast<std::size_t>(ctx.world_size), block, slot_steps,
                   &shared_memory::reduce_scatter_in, &ring::reduce_scatter,
                   [](pdcoll::detail::collective_context& c, const detail::node_direct_buffers& buffers) {
@@ -78,7 +80,7 @@ struct node_direct {
     auto* node = ctx.node_memory();
     if (!worth_asking(ctx, node)) return ring::all_gather(ctx);
     const std::size_t block = ctx.bytes(ctx.count);
-    const std::uint64_t slot_steps = slots_instead_of_ring(ctx) ? shared_memory::all_gather_steps(ctx, *node) : 0;
+    const std::uint64_t slot_steps = slots_instead_of_ring(ctx, *node) ? shared_memory::all_gather_steps(ctx, *node) : 0;
     return direct(ctx, *node, block, block * static_cast<std::size_t>(ctx.world_size), slot_steps,
                   &shared_memory::all_gather_in, &ring::all_gather,
                   [](pdcoll::detail::collective_context& c, const detail::node_direct_buffers& buffers) {
@@ -105,17 +107,20 @@ struct node_direct {
   }
 
   /// Where some rank's input is not shareable: through node memory
-  /// (shared_memory) on more than 2 ranks, the ring on 2. The ring's P-1
-  /// message steps cost more than the slots' extra copy once there are
-  /// several; on 2 it is one exchange, one copy through the kernel (CMA).
+  /// (shared_memory) on more than 2 ranks, and on 2 where the node's copies
+  /// favour the slots; else the ring. The ring's P-1 message steps cost more
+  /// than the slots' extra copy once there are several; on 2 it is one
+  /// exchange, one copy through the kernel (CMA), which led on the reference
+  /// machine and trails on others (node_memory::bulk_through_slots).
   /// Measured on the reference machine (pdcoll-bench over shm, 4 ranks on 2
   /// cores, --algo ring vs shared_memory, in place, busbw GB/s): all-gather
   /// 256 KiB 2.8 -> 5.8-6.4, 1 MiB 3.1-3.2 -> 3.9-4.5, 16 MiB 3.1-3.8 ->
   /// 4.0-4.5, 64 MiB 1.9-2.0 -> 2.7-2.8; reduce-scatter 4 MiB 2.4-2.6 ->
   /// 3.3-3.4, 16 MiB 1.9 -> 2.6-3.1, 64 MiB 1.3 -> 2.2-2.3. On 2 ranks the
   /// ring led from 64 KiB (all-gather 1 MiB 20-21 against 8.1-8.3).
-  static bool slots_instead_of_ring(const pdcoll::detail::collective_context& ctx) noexcept {
-    return ctx.world_size > 2;
+  static bool slots_instead_of_ring(const pdcoll::detail::collective_context& ctx,
+                                    const transport::node_memory& node) noexcept {
+    return ctx.world_size > 2 || node.bulk_through_slots();
   }
 
   /// One node-memory step (plus `slot_steps` reserved for a fallback

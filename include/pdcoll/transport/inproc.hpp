@@ -115,11 +115,13 @@ class fabric : public std::enable_shared_from_this<fabric> {
   /// Gives the endpoints node memory (transport/node_memory.hpp) of `bytes`
   /// per rank, zero-filled, as the shm transport has: threads stand in for
   /// processes. Call before endpoint_for(). Sizes below
-  /// min_node_memory_bytes give none, as on shm.
-  void enable_node_memory(std::size_t bytes) {
+  /// min_node_memory_bytes give none, as on shm. `bulk_through_slots` is
+  /// what node_memory::bulk_through_slots() answers (on shm a measurement).
+  void enable_node_memory(std::size_t bytes, bool bulk_through_slots = false) {
     regions_.clear();
     if (bytes < min_node_memory_bytes) return;
     node_bytes_ = bytes;
+    bulk_through_slots_ = bulk_through_slots;
     for (int i = 0; i < world_size_; ++i) {
       auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
       std::memset(p, 0, bytes);
@@ -141,6 +143,7 @@ class fabric : public std::enable_shared_from_this<fabric> {
   int world_size_;
   std::vector<std::unique_ptr<detail::mailbox>> boxes_;
   std::size_t node_bytes_ = 0;
+  bool bulk_through_slots_ = false;
   std::vector<std::unique_ptr<std::byte, region_deleter>> regions_;  // node memory, one per rank
 };
 
@@ -306,6 +309,7 @@ class inproc_endpoint final : public endpoint, private node_memory {
   // node_memory (fabric::enable_node_memory)
   std::byte* region(int rank) const noexcept override { return fabric_->regions_[static_cast<std::size_t>(rank)].get(); }
   std::size_t region_bytes() const noexcept override { return fabric_->node_bytes_; }
+  bool bulk_through_slots() const noexcept override { return fabric_->bulk_through_slots_; }
   // The waiter re-checks its condition under its mailbox's lock, so taking
   // that lock here orders this wake after the flag it announces.
   void wake(int rank) noexcept override {

@@ -33,6 +33,14 @@ class node_memory {
   /// Wakes `rank` if it sleeps in its endpoint's wait(); call after writing
   /// to this rank's region something `rank` may be waiting for.
   virtual void wake(int rank) noexcept = 0;
+  /// Whether bulk transfers between these ranks cost less through node
+  /// memory (two copies in user space, through slots that stay in cache)
+  /// than as messages (one copy by the kernel), which depends on the
+  /// machine: algo::automatic takes the slots at every size where this is
+  /// true, and messages for large blocks on few ranks where it is false.
+  /// The same on every rank. The shm transport measures it at setup
+  /// (libfabric/copy_probe.hpp); false unless the transport says otherwise.
+  virtual bool bulk_through_slots() const noexcept { return false; }
 
  protected:
   ~node_memory() = default;

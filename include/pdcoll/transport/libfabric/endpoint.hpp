@@ -109,6 +109,7 @@
 #include "pdcoll/detail/log.hpp"
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/endpoint.hpp"
+#include "pdcoll/transport/libfabric/copy_probe.hpp"
 #include "pdcoll/transport/libfabric/doorbell.hpp"
 #include "pdcoll/transport/libfabric/shared_regions.hpp"
 #include "pdcoll/transport/libfabric/errors.hpp"
@@ -666,6 +667,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   std::byte* region(int rank) const noexcept override { return node_regions_.region(rank); }
   std::size_t region_bytes() const noexcept override { return node_regions_.bytes(); }
   void wake(int rank) noexcept override { ring(rank); }
+  bool bulk_through_slots() const noexcept override { return bulk_through_slots_; }
 
   /// Answers a rendezvous notice: in the sender's finish word where this
   /// rank mapped its doorbell, else with a finish message (zero bytes,
@@ -1288,10 +1290,13 @@ class fabric_endpoint final : public endpoint, private node_memory {
       node_regions_.create(rank_, world_size_, opts_.node_memory_bytes);
       if (!node_regions_.region(rank_)) warn_failed("node memory", opts_.node_memory_bytes);
     }
+    // The sixth field: this rank's copy probe (copy_probe.hpp), where it
+    // may have node memory.
     const std::string mine = std::to_string(::getpid()) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
                              (own_bell_.name.empty() ? std::string("-") : own_bell_.name) + " " +
-                             node_regions_.own_name() + " " + std::to_string(info_->tx_attr->inject_size);
+                             node_regions_.own_name() + " " + std::to_string(info_->tx_attr->inject_size) + " " +
+                             (node_regions_.region(rank_) ? detail::copy_probe_token() : std::string("-"));
     const auto probes = exchange(mine);
     peer_pids_.assign(n, 0);
     peer_bells_.clear();
@@ -1337,6 +1342,21 @@ class fabric_endpoint final : public endpoint, private node_memory {
       for (std::size_t q = 0; q < n && all_mapped; ++q)
         all_mapped = verdicts[p].size() == n && ((verdicts[p][q] - '0') & 4);
     if (!all_mapped) node_regions_.unmap_all();
+    if (all_mapped) {
+      std::vector<std::string> tokens;
+      std::string figures;
+      for (const auto& p : probes) {
+        char token[64] = {};
+        if (std::sscanf(p.c_str(), "%*llu %*llu %*127s %*127s %*llu %63s", token) != 1) continue;
+        tokens.emplace_back(token);
+        figures += std::string(" ") + token;
+      }
+      bulk_through_slots_ = detail::bulk_through_slots(tokens);
+      pdcoll::detail::log(pdcoll::detail::log_level::info, rank_,
+                          std::string("libfabric:shm: bulk transfers between ranks go ") +
+                              (bulk_through_slots_ ? "through node memory" : "as messages where large") +
+                              " (copy probes, kernel/user ns per 256 KiB, or PDCOLL_NODE_BULK:" + figures + ")");
+    }
     bool any = false, all_ring = own_bell_.words != nullptr;
     for (std::size_t p = 0; p < n; ++p) {
       const auto& v = verdicts.size() == n ? verdicts[p] : std::string();
@@ -1770,6 +1790,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   detail::doorbell own_bell_;                 // shm: peers ring it and answer in its finish words
   std::vector<detail::doorbell> peer_bells_;  // shm: rung after posting to a peer
   detail::shared_regions node_regions_;       // shm: node memory (mapped only where every rank mapped every region)
+  bool bulk_through_slots_ = false;           // shm: the copy probes' verdict (copy_probe.hpp)
   wait_condition condition_;                  // also ends wait() (set by the communicator)
   bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
   detail::provider_call_slot call_slot_;  // what the provider watchdog reads (shm)
