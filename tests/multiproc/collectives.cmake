@@ -17,13 +17,14 @@ foreach(entry IN LISTS PDCOLL_COLLECTIVES_TRANSPORTS)
              COMMAND ${PDCOLL_RUN} -n ${n} --timeout 280 $<TARGET_FILE:multiproc_collectives>
                      --test-case-exclude=mismatch*)
     # On shm, automatic's large blocks go as messages or through node memory
-    # as the node's copy probe says: 2 ranks force messages, 3 the slots, 4
-    # take what the probe finds, so every machine runs both paths.
+    # as the node's copy probe says: 2 ranks force the slots (where the
+    # 2-rank paths differ most), 3 messages, 4 take what the probe finds, so
+    # every machine runs both.
     set(bulk "")
     if(what STREQUAL "shm" AND n EQUAL 2)
-      set(bulk "PDCOLL_NODE_BULK=messages")
-    elseif(what STREQUAL "shm" AND n EQUAL 3)
       set(bulk "PDCOLL_NODE_BULK=slots")
+    elseif(what STREQUAL "shm" AND n EQUAL 3)
+      set(bulk "PDCOLL_NODE_BULK=messages")
     endif()
     set_tests_properties(multiproc.collectives.${what}.n${n} PROPERTIES
       ENVIRONMENT "${environment};${bulk}" LABELS "multiproc;collectives" TIMEOUT 300)

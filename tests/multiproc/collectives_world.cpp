@@ -459,6 +459,13 @@ TEST_CASE("shared_memory: node memory exactly on shm, every case of the matrix f
                                                            all_reduce(comm, highest, op::max))))
       return;
     if (lowest[0] != highest[0]) f.add("ranks disagree on bulk_through_slots");
+    // Every rank's token reached the verdict (a parse that lost them would
+    // leave "-", and the verdict would fall to the slots unmeasured).
+    if (auto* ep = dynamic_cast<pdcoll::transport::libfabric::fabric_endpoint*>(&comm.endpoint())) {
+      const auto& tokens = ep->copy_probe_tokens();
+      if (tokens.size() != static_cast<std::size_t>(P) || std::count(tokens.begin(), tokens.end(), "-") != 0)
+        f.add("copy probe tokens missing: " + std::to_string(tokens.size()) + " for " + std::to_string(P) + " ranks");
+    }
     const char* bulk = std::getenv("PDCOLL_NODE_BULK");
     if (bulk && std::string(bulk) == "slots" && mine != 1) f.add("PDCOLL_NODE_BULK=slots not followed");
     if (bulk && std::string(bulk) == "messages" && mine != 0) f.add("PDCOLL_NODE_BULK=messages not followed");

@@ -706,7 +706,7 @@ TEST_CASE("automatic follows the node's copy verdict: where it favours the slots
   }
 }
 
-TEST_CASE("automatic broadcast, reduce and all-to-all on node memory: the slots, one message for 2-rank broadcasts from 64 KiB to below 512 KiB, all-to-alls above the slot threshold posted at once") {
+TEST_CASE("automatic broadcast, reduce and all-to-all on node memory under the messages verdict (inproc's default): the slots, one message for 2-rank broadcasts from 64 KiB to below 512 KiB, all-to-alls above the slot threshold posted at once") {
   // Which path ran shows in the slots: the root's for a broadcast, the
   // others' for a reduce, every rank's for an all-to-all.
   struct expectation {

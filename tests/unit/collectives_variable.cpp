@@ -124,7 +124,8 @@ TEST_CASE("empty blocks may have any displacement, and all-empty v forms take nu
 
 TEST_CASE("with node memory, a mismatched block fails through the slot, and where one end sends a message the other does not take") {
   // On 3 ranks automatic's slot takes blocks below 256 KiB / 3 (21,845
-  // floats); shared_memory's takes blocks up to its section (over 600 KiB).
+  // floats) under the messages verdict (inproc's default);
+  // shared_memory's takes blocks up to its section (over 600 KiB).
   // Rank 1 sends rank 0 `sent` floats, and rank 0 expects `expected`.
   struct disagreement {
     std::size_t sent, expected;
@@ -206,7 +207,11 @@ void v_forms_case(pdcoll::communicator& comm, std::size_t max_count, std::uint64
 
 TEST_CASE("with node memory, shared_memory's and automatic's all_to_allv and all_gatherv match the reference on 1 to 8 ranks, blocks through the slots, as messages, and both in one call") {
   using namespace pdcoll::testing;
+  // Both node verdicts: with the messages verdict automatic's slot limit
+  // is 256 KiB / P (32 KiB on 2 ranks), with the slots verdict a section.
+  for (const bool bulk : {false, true})
   for (int P : {1, 2, 3, 4, 5, 8}) {
+    CAPTURE(bulk);
     CAPTURE(P);
     std::mutex mutex;
     std::vector<std::string> wrong;
@@ -215,8 +220,9 @@ TEST_CASE("with node memory, shared_memory's and automatic's all_to_allv and all
         [&](pdcoll::communicator& comm) {
           REQUIRE(comm.endpoint().shared_node_memory() != nullptr);
           // Blocks of at most: none, 1, below and above the world size;
-          // some above automatic's slot limit (256 KiB / P; 32 KiB on 2
-          // ranks), some above shared_memory's sections (slot / P).
+          // some above automatic's slot limit under the messages verdict
+          // (256 KiB / P; 32 KiB on 2 ranks), some above shared_memory's
+          // sections (slot / P).
           const auto W = static_cast<std::size_t>(P);
           for (std::size_t max_count : {std::size_t{0}, std::size_t{1}, W > 1 ? W - 1 : 2, W + 1, std::size_t{20001},
                                         std::size_t{300001}}) {
@@ -227,7 +233,7 @@ TEST_CASE("with node memory, shared_memory's and automatic's all_to_allv and all
             }
           }
         },
-        {}, node_bytes);
+        {}, node_bytes, bulk);
     for (const auto& w : wrong) MESSAGE(w);
     CHECK(wrong.empty());
   }

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 
@@ -241,17 +242,22 @@ TEST_CASE("destroying an endpoint completes its outstanding receives as cancelle
 
 TEST_CASE("the shm copy probe's verdict: every rank's figures summed, the lowest rank's PDCOLL_NODE_BULK first") {
   using fabric::detail::bulk_through_slots;
-  // Figures are "<kernel ns>/<two user copies ns>" per 256 KiB.
-  CHECK(bulk_through_slots({"17000/4000", "16000/4200"}));
-  CHECK_FALSE(bulk_through_slots({"13000/17000", "12000/16000"}));
-  CHECK(bulk_through_slots({"10000/30000", "30000/5000"}));  // summed: 40,000 against 35,000
-  CHECK_FALSE(bulk_through_slots({"10000/30000", "25000/5000"}));
-  CHECK_FALSE(bulk_through_slots({"17000/4000", "messages", "slots"}));
-  CHECK(bulk_through_slots({"13000/17000", "slots", "messages"}));
-  // No rank measured the kernel's copy (process_vm_readv refused): the
-  // messages would not take it either.
-  CHECK(bulk_through_slots({"0/4000", "-", "garbage"}));
-  CHECK(bulk_through_slots({}));
+  // Figures are "<kernel ns>/<two user copies ns>" per 256 KiB, in rank order.
+  CHECK(bulk_through_slots({"17000/4000", "16000/4200"}, true));
+  CHECK_FALSE(bulk_through_slots({"13000/17000", "12000/16000"}, true));
+  CHECK(bulk_through_slots({"10000/30000", "30000/5000"}, true));  // summed: 40,000 against 35,000
+  CHECK_FALSE(bulk_through_slots({"10000/30000", "25000/5000"}, true));
+  CHECK_FALSE(bulk_through_slots({"17000/4000", "messages", "slots"}, true));
+  CHECK(bulk_through_slots({"13000/17000", "slots", "messages"}, true));
+  // Messages would not take one kernel copy: some pair may not read each
+  // other, some rank has no kernel figure (refused, FI_HMEM) or none at all.
+  CHECK(bulk_through_slots({"13000/17000", "12000/16000"}, false));
+  CHECK(bulk_through_slots({"13000/17000", "0/16000"}, true));
+  CHECK(bulk_through_slots({"13000/17000", "-"}, true));
+  CHECK(bulk_through_slots({"13000/17000", "garbage"}, true));
+  CHECK(bulk_through_slots({}, true));
+  // A forced choice holds either way.
+  CHECK_FALSE(bulk_through_slots({"0/16000", "messages"}, false));
 
   const auto probe = fabric::detail::measure_copies();
   CHECK(probe.user_ns > 0);
@@ -261,16 +267,38 @@ TEST_CASE("the shm copy probe's verdict: every rank's figures summed, the lowest
   CHECK((probe.kernel_ns > 0) == readable);
 }
 
-TEST_CASE("PDCOLL_NODE_BULK sets an shm endpoint's node-memory verdict") {
-  for (const char* value : {"slots", "messages"}) {
+TEST_CASE("an shm endpoint publishes its copy probe and takes the verdict, or PDCOLL_NODE_BULK's") {
+  const char* before = std::getenv("PDCOLL_NODE_BULK");
+  const std::string saved = before ? before : "";
+  auto restore = [&] {
+    if (before) ::setenv("PDCOLL_NODE_BULK", saved.c_str(), 1);
+    else ::unsetenv("PDCOLL_NODE_BULK");
+  };
+  for (const char* value : {"slots", "messages", "measure"}) {
     CAPTURE(value);
-    ::setenv("PDCOLL_NODE_BULK", value, 1);
+    if (std::string(value) == "measure") ::unsetenv("PDCOLL_NODE_BULK");
+    else ::setenv("PDCOLL_NODE_BULK", value, 1);
     auto ep = open_self("shm");
-    ::unsetenv("PDCOLL_NODE_BULK");
+    restore();
     auto* node = ep->shared_node_memory();
     REQUIRE(node != nullptr);
-    CHECK(node->bulk_through_slots() == (std::string(value) == "slots"));
+    REQUIRE(ep->copy_probe_tokens().size() == 1);
+    const std::string token = ep->copy_probe_tokens()[0];
+    if (std::string(value) != "measure") {
+      CHECK(token == value);
+      CHECK(node->bulk_through_slots() == (std::string(value) == "slots"));
+    } else {
+      // The figures this process measured, read back as the verdict read them.
+      unsigned long long kernel = 0, user = 0;
+      REQUIRE(std::sscanf(token.c_str(), "%llu/%llu", &kernel, &user) == 2);
+      const auto probe = fabric::detail::measured_copies();
+      CHECK(user == probe.user_ns);
+      CHECK((kernel == probe.kernel_ns || kernel == 0));
+      // One rank: no pair that may not read each other.
+      CHECK(node->bulk_through_slots() == fabric::detail::bulk_through_slots({token}, true));
+    }
   }
   auto tcp = open_self("tcp");
   CHECK(tcp->shared_node_memory() == nullptr);
+  CHECK(tcp->copy_probe_tokens().empty());
 }

@@ -246,7 +246,8 @@ struct shared_memory {
   /// section q (all_to_allv) or once for every peer (one_block,
   /// all_gatherv, whose every send block is the input), and in its own
   /// entry r, cap: ranks that named different algorithms (shared_memory and
-  /// automatic pass different caps) would otherwise disagree on the path of
+  /// automatic pass different caps where the node's verdict favours
+  /// messages) would otherwise disagree on the path of
   /// a block between the two. A receiver finding a length other than it
   /// expects, or another cap, fails with collective_mismatch, which aborts
   /// the communicator, so a message its sender posted for a block it does

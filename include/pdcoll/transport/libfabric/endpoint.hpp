@@ -449,6 +449,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
   bool rendezvous_with(int peer) const noexcept {
     return peer >= 0 && peer < world_size_ && rendezvous_peers_[static_cast<std::size_t>(peer)];
   }
+  /// On shm with node memory, every rank's copy-probe token in rank order,
+  /// as the node-memory verdict read them (copy_probe.hpp: "<kernel
+  /// ns>/<user ns>", "slots", "messages", or "-" where none was published);
+  /// empty elsewhere.
+  const std::vector<std::string>& copy_probe_tokens() const noexcept { return copy_probe_tokens_; }
   /// Whether wait() sleeps on the CQ's file descriptor (else it backs off).
   bool has_wait_fd() const noexcept { return wait_fd_ >= 0; }
   /// The fi_info in use (for diagnostics; owned by the endpoint).
@@ -1292,11 +1297,16 @@ class fabric_endpoint final : public endpoint, private node_memory {
     }
     // The sixth field: this rank's copy probe (copy_probe.hpp), where it
     // may have node memory.
+    std::string ignored_bulk;
     const std::string mine = std::to_string(::getpid()) + " " +
                              std::to_string(reinterpret_cast<std::uintptr_t>(&probe_word_)) + " " +
                              (own_bell_.name.empty() ? std::string("-") : own_bell_.name) + " " +
                              node_regions_.own_name() + " " + std::to_string(info_->tx_attr->inject_size) + " " +
-                             (node_regions_.region(rank_) ? detail::copy_probe_token() : std::string("-"));
+                             (node_regions_.region(rank_) ? detail::copy_probe_token(!has_hmem_, ignored_bulk)
+                                                          : std::string("-"));
+    if (!ignored_bulk.empty())
+      pdcoll::detail::log(pdcoll::detail::log_level::warn, rank_,
+                          "PDCOLL_NODE_BULK=" + ignored_bulk + " ignored (slots or messages); measuring instead");
     const auto probes = exchange(mine);
     peer_pids_.assign(n, 0);
     peer_bells_.clear();
@@ -1343,18 +1353,24 @@ class fabric_endpoint final : public endpoint, private node_memory {
         all_mapped = verdicts[p].size() == n && ((verdicts[p][q] - '0') & 4);
     if (!all_mapped) node_regions_.unmap_all();
     if (all_mapped) {
-      std::vector<std::string> tokens;
+      // A rank whose token does not parse counts as one without figures.
+      copy_probe_tokens_.assign(n, "-");
       std::string figures;
-      for (const auto& p : probes) {
+      for (std::size_t p = 0; p < n; ++p) {
         char token[64] = {};
-        if (std::sscanf(p.c_str(), "%*llu %*llu %*127s %*127s %*llu %63s", token) != 1) continue;
-        tokens.emplace_back(token);
-        figures += std::string(" ") + token;
+        if (std::sscanf(probes[p].c_str(), "%*llu %*llu %*127s %*127s %*llu %63s", token) == 1)
+          copy_probe_tokens_[p] = token;
+        figures += " " + copy_probe_tokens_[p];
       }
-      bulk_through_slots_ = detail::bulk_through_slots(tokens);
+      bool all_readable = true;  // bit 3 of every pair's verdict
+      for (std::size_t p = 0; p < n; ++p)
+        for (std::size_t q = 0; q < n; ++q)
+          all_readable = all_readable && (p == q || ((verdicts[p][q] - '0') & 8));
+      bulk_through_slots_ = detail::bulk_through_slots(copy_probe_tokens_, all_readable);
       pdcoll::detail::log(pdcoll::detail::log_level::info, rank_,
                           std::string("libfabric:shm: bulk transfers between ranks go ") +
                               (bulk_through_slots_ ? "through node memory" : "as messages where large") +
+                              (all_readable ? "" : " (some ranks may not read others)") +
                               " (copy probes, kernel/user ns per 256 KiB, or PDCOLL_NODE_BULK:" + figures + ")");
     }
     bool any = false, all_ring = own_bell_.words != nullptr;
@@ -1791,6 +1807,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   std::vector<detail::doorbell> peer_bells_;  // shm: rung after posting to a peer
   detail::shared_regions node_regions_;       // shm: node memory (mapped only where every rank mapped every region)
   bool bulk_through_slots_ = false;           // shm: the copy probes' verdict (copy_probe.hpp)
+  std::vector<std::string> copy_probe_tokens_;  // shm with node memory: every rank's published probe token
   wait_condition condition_;                  // also ends wait() (set by the communicator)
   bool stalled_ = false;  // a post timed out and nothing completed since (see retry_post)
   detail::provider_call_slot call_slot_;  // what the provider watchdog reads (shm)
