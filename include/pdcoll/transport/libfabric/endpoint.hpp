@@ -1362,10 +1362,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
           copy_probe_tokens_[p] = token;
         figures += " " + copy_probe_tokens_[p];
       }
-      bool all_readable = true;  // bit 3 of every pair's verdict
-      for (std::size_t p = 0; p < n; ++p)
-        for (std::size_t q = 0; q < n; ++q)
-          all_readable = all_readable && (p == q || ((verdicts[p][q] - '0') & 8));
+      const bool all_readable = readability(verdicts).all;
       bulk_through_slots_ = detail::bulk_through_slots(copy_probe_tokens_, all_readable);
       pdcoll::detail::log(pdcoll::detail::log_level::info, rank_,
                           std::string("libfabric:shm: bulk transfers between ranks go ") +
@@ -1394,7 +1391,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     // size, below which shm copies through its own buffers. Every rank
     // reads the same probes and verdicts, so all agree on the chunk size
     // (the smallest inject size published, whatever each rank's FI_HMEM).
-    if (verdicts.size() == n && mixed_readability(verdicts)) {
+    if (const auto r = readability(verdicts); verdicts.size() == n && r.some && !r.all) {
       const std::size_t inject = smallest_inject == SIZE_MAX ? detail::shm_inject_bytes : smallest_inject;
       if (cq_data_bits_ != 0 && inject < chunk_) {
         chunk_ = inject;
@@ -1408,19 +1405,23 @@ class fabric_endpoint final : public endpoint, private node_memory {
     sleeps_on_bell_ = all_ring;
   }
 
-  /// Whether some ranks may read each other's memory and others may not
-  /// (bit 3 of the verdicts, see setup_shm_peers).
-  static bool mixed_readability(const std::vector<std::string>& verdicts) noexcept {
-    bool some = false, all = true;
+  /// Whether some pairs of ranks, and whether all, may read each other's
+  /// memory (bit 3 of the verdicts, see setup_shm_peers).
+  struct pair_readability {
+    bool some = false;  ///< at least one pair
+    bool all = true;    ///< every pair
+  };
+  static pair_readability readability(const std::vector<std::string>& verdicts) noexcept {
+    pair_readability r;
     for (std::size_t p = 0; p < verdicts.size(); ++p) {
       for (std::size_t q = 0; q < verdicts.size(); ++q) {
         if (p == q) continue;
         const bool readable = verdicts[p].size() == verdicts.size() && ((verdicts[p][q] - '0') & 8);
-        some = some || readable;
-        all = all && readable;
+        r.some = r.some || readable;
+        r.all = r.all && readable;
       }
     }
-    return some && !all;
+    return r;
   }
 
   void close_objects() noexcept {
