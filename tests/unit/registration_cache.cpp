@@ -2,6 +2,9 @@
 #include <doctest/doctest.h>
 
 #include <pdcoll/communicator.hpp>
+#include <pdcoll/memory/emulated_device.hpp>
+#include <pdcoll/exec/sync_wait.hpp>
+#include <pdcoll/point_to_point.hpp>
 #include <pdcoll/registration/registration_cache.hpp>
 
 #include <sys/mman.h>
@@ -90,6 +93,26 @@ struct counting_endpoint final : pdcoll::transport::endpoint {
   void deregister(pdcoll::transport::registration_handle& handle) noexcept override {
     ++deregistered;
     handle = {};
+  }
+};
+
+// A communicator over a counting_endpoint that takes `path` for every kind
+// of memory and registers everything, with the communicator's registration
+// cache in front of it (as on a provider with FI_MR_LOCAL or FI_MR_HMEM).
+struct caching_communicator {
+  explicit caching_communicator(pdcoll::transport::data_path path)
+      : caching_communicator(std::make_unique<counting_endpoint>(), path) {}
+
+  const counting_endpoint* ep;
+  pdcoll::communicator comm;
+
+ private:
+  caching_communicator(std::unique_ptr<counting_endpoint> owned, pdcoll::transport::data_path path)
+      : ep((owned->path = path, owned.get())), comm{std::move(owned), caching()} {}
+  static pdcoll::communicator_options caching() {
+    pdcoll::communicator_options options;
+    options.cache_registrations = true;
+    return options;
   }
 };
 
@@ -352,6 +375,38 @@ TEST_CASE("when pinned entries fill the capacity an overlapping request is regis
   CHECK(r.deregistrations(a->handle().id) == 0);
 }
 
+TEST_CASE("a merge that pins fill while it registers is handed out as the request alone") {
+  counting_registrar r;
+  reg::registration_cache<counting_registrar, reg::max_entries<2>, reg::mutex_lock> cache{r};
+  { auto e = cache.acquire(host_region(base, 100)); REQUIRE(e); }
+  // While [base+50, base+150) registers as the union [base, base+150),
+  // another thread pins two disjoint ranges: the capacity is full of pins.
+  std::optional<reg::registration_cache<counting_registrar, reg::max_entries<2>, reg::mutex_lock>::pinned_registration>
+      x, y;
+  bool armed = true;
+  r.on_register = [&](const memory_region&) {
+    if (!std::exchange(armed, false)) return;
+    auto px = cache.acquire(host_region(base + 5000, 50));
+    auto py = cache.acquire(host_region(base + 6000, 50));
+    REQUIRE(px);
+    REQUIRE(py);
+    x.emplace(std::move(*px));
+    y.emplace(std::move(*py));
+  };
+  auto p = cache.acquire(host_region(base + 50, 100));
+  REQUIRE(p);
+  CHECK_FALSE(p->cached());
+  const auto rec = r.info(p->handle().id).region;
+  CHECK(rec.address == reinterpret_cast<void*>(base + 50));
+  CHECK(rec.length == 100);
+  CHECK(r.registrations() == 5);  // E, the union, X, Y, then the request alone
+  p->release();
+  x.reset();
+  y.reset();
+  cache.clear();
+  CHECK(r.live() == 0);
+}
+
 TEST_CASE("max_entries and max_bytes together both bound the cache") {
   counting_registrar r;
   reg::registration_cache<counting_registrar, reg::max_entries<3>, reg::max_bytes<300>, reg::no_lock> cache{r};
@@ -611,22 +666,36 @@ TEST_CASE("two threads missing on the identical range share the winner's entry")
   CHECK(r.live() == 1);
 }
 
-TEST_CASE("invalidate_on_free subscribes a cache to a domain's frees") {
+TEST_CASE("invalidate_on_free subscribes a cache to a domain's frees until the subscription goes") {
   struct fake_domain {
-    std::vector<std::function<void(const memory_region&)>> hooks;
-    void add_invalidation_hook(std::function<void(const memory_region&)> hook) { hooks.push_back(std::move(hook)); }
+    std::vector<std::pair<pdcoll::memory::hook_id, std::function<void(const memory_region&)>>> hooks;
+    pdcoll::memory::hook_id last = 0;
+    pdcoll::memory::hook_id add_invalidation_hook(std::function<void(const memory_region&)> hook) {
+      hooks.emplace_back(++last, std::move(hook));
+      return last;
+    }
+    void remove_invalidation_hook(pdcoll::memory::hook_id id) {
+      std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+    }
     void free(const memory_region& region) {
-      for (auto& h : hooks) h(region);
+      for (auto& h : hooks) h.second(region);
     }
   };
   counting_registrar r;
-  reg::registration_cache<counting_registrar, reg::no_lock> cache{r};
   fake_domain domain;
-  reg::invalidate_on_free(domain, cache);
-  { auto p = cache.acquire(host_region(base, 64)); REQUIRE(p); }
-  domain.free(host_region(base, 64));
-  CHECK(cache.statistics().invalidations == 1);
-  CHECK(r.live() == 0);
+  {
+    reg::registration_cache<counting_registrar, reg::no_lock> cache{r};
+    auto subscription = reg::invalidate_on_free(domain, cache);
+    { auto p = cache.acquire(host_region(base, 64)); REQUIRE(p); }
+    domain.free(host_region(base, 64));
+    CHECK(cache.statistics().invalidations == 1);
+    CHECK(r.live() == 0);
+    // Moved, it still unsubscribes once: the cache is gone before the next free.
+    auto moved = std::move(subscription);
+    CHECK(domain.hooks.size() == 1);
+  }
+  CHECK(domain.hooks.empty());
+  domain.free(host_region(base, 64));  // reaches no destroyed cache (ASan would say)
 }
 
 TEST_CASE("endpoint_registrar forwards to the endpoint and reports its errors") {
@@ -646,14 +715,9 @@ TEST_CASE("endpoint_registrar forwards to the endpoint and reports its errors") 
 }
 
 TEST_CASE("a free that meets the communicator's lock busy still drops its buffer when the fd number is reused") {
-  // The endpoint registers everything; the communicator's cache sits in
-  // front of it, as on a provider with FI_MR_LOCAL or FI_MR_HMEM.
-  pdcoll::communicator_options options;
-  options.cache_registrations = true;
-  auto owned = std::make_unique<counting_endpoint>();
-  owned->path = pdcoll::transport::data_path::dmabuf;
-  const counting_endpoint& ep = *owned;
-  pdcoll::communicator comm{std::move(owned), options};
+  caching_communicator world{pdcoll::transport::data_path::dmabuf};
+  auto& comm = world.comm;
+  const counting_endpoint& ep = *world.ep;
   auto freed = std::make_unique<memfd>();
   memory_region region = dmabuf_region(freed->fd, 0, 4096);
   char device_bytes[16];
@@ -691,6 +755,42 @@ TEST_CASE("a free that meets the communicator's lock busy still drops its buffer
   const auto stats = comm.registration_statistics();
   CHECK(stats.invalidations == 1);
   CHECK(stats.live_entries == 1);  // the new buffer's only
+  CHECK(ep.registered - ep.deregistered == 1);
+}
+
+TEST_CASE("a staged transfer's host buffer is the pool's, so its cached registration never outlives the memory") {
+  caching_communicator world{pdcoll::transport::data_path::host_staged};
+  auto& comm = world.comm;
+  const counting_endpoint& ep = *world.ep;
+  pdcoll::memory::emulated_device dev;
+  auto grads = dev.allocate<float>(1024);
+  // counting_endpoint refuses every send: each fails after its staging
+  // buffer was registered. A staging buffer freed after its transfer would
+  // leave its registration cached for whatever memory takes the address
+  // next; from the pool, the second transfer gets the same live block.
+  for (int i = 0; i < 2; ++i)
+    CHECK_THROWS_AS(pdcoll::exec::sync_wait(pdcoll::send(comm, 0, grads.view())), std::system_error);
+  auto stats = comm.registration_statistics();
+  CHECK(stats.misses == 1);
+  CHECK(stats.hits == 1);
+  CHECK(stats.live_entries == 1);
+  CHECK(comm.pooled_host_bytes() >= grads.view().size_bytes());
+
+  // A block the pool lets go of (larger than its bound) loses its
+  // registrations before it is freed.
+  auto big = comm.take_host_block(std::size_t{65} << 20);
+  memory_region region;
+  region.address = big.bytes.get();
+  region.length = 4096;
+  {
+    std::lock_guard lock(comm.mutex());
+    REQUIRE(comm.acquire_registration(region));
+  }
+  CHECK(comm.registration_statistics().live_entries == 2);
+  comm.return_host_block(std::move(big));
+  stats = comm.registration_statistics();
+  CHECK(stats.live_entries == 1);
+  CHECK(stats.invalidations == 1);
   CHECK(ep.registered - ep.deregistered == 1);
 }
 

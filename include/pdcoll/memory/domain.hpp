@@ -64,6 +64,41 @@ using hook_id = std::uint64_t;
 /// allocation's full view.
 using invalidation_hook = std::function<void(const transport::memory_region&)>;
 
+/// A hook added to `Domain` (add_invalidation_hook's id), removed when this
+/// is destroyed or stop() is called; once either returns, no call of the
+/// hook is running. Move-only. Must not outlive the domain. What
+/// track_frees (memory/track.hpp) and registration::invalidate_on_free
+/// return.
+template <class Domain>
+class hook_subscription {
+ public:
+  /// Takes over hook `id` of `domain`.
+  hook_subscription(Domain& domain, hook_id id) noexcept : domain_(&domain), id_(id) {}
+  /// Takes over the subscription; `o` no longer removes the hook.
+  hook_subscription(hook_subscription&& o) noexcept : domain_(std::exchange(o.domain_, nullptr)), id_(o.id_) {}
+  /// Removes this subscription's hook, then takes over `o`'s.
+  hook_subscription& operator=(hook_subscription&& o) noexcept {
+    if (this != &o) {
+      stop();
+      domain_ = std::exchange(o.domain_, nullptr);
+      id_ = o.id_;
+    }
+    return *this;
+  }
+  hook_subscription(const hook_subscription&) = delete;
+  hook_subscription& operator=(const hook_subscription&) = delete;
+  ~hook_subscription() { stop(); }
+
+  /// Removes the hook now (idempotent).
+  void stop() noexcept {
+    if (domain_) std::exchange(domain_, nullptr)->remove_invalidation_hook(id_);
+  }
+
+ private:
+  Domain* domain_;
+  hook_id id_;
+};
+
 /// Whether host memory should be backed by huge pages (fewer TLB misses and
 /// fewer, larger NIC registrations).
 enum class huge_pages : bool {

@@ -24,36 +24,7 @@ namespace pdcoll {
 /// destroyed (after which no hook call is running). Move-only. Must not
 /// outlive the domain or the communicator.
 template <memory::memory_domain Domain>
-class free_tracking {
- public:
-  /// Subscribes `comm` to `domain`'s frees.
-  free_tracking(Domain& domain, communicator& comm)
-      : domain_(&domain),
-        id_(domain.add_invalidation_hook(
-            [c = &comm](const transport::memory_region& region) { c->invalidate_registrations(region); })) {}
-  /// Takes over the subscription; `o` no longer unsubscribes.
-  free_tracking(free_tracking&& o) noexcept : domain_(std::exchange(o.domain_, nullptr)), id_(o.id_) {}
-  free_tracking& operator=(free_tracking&& o) noexcept {
-    if (this != &o) {
-      stop();
-      domain_ = std::exchange(o.domain_, nullptr);
-      id_ = o.id_;
-    }
-    return *this;
-  }
-  free_tracking(const free_tracking&) = delete;
-  free_tracking& operator=(const free_tracking&) = delete;
-  ~free_tracking() { stop(); }
-
-  /// Unsubscribes now (idempotent).
-  void stop() noexcept {
-    if (domain_) std::exchange(domain_, nullptr)->remove_invalidation_hook(id_);
-  }
-
- private:
-  Domain* domain_;
-  memory::hook_id id_;
-};
+using free_tracking = memory::hook_subscription<Domain>;
 
 /// Subscribes `comm`'s registration cache to `domain`'s frees: every freed
 /// range is invalidated (in-use registrations go at their last release).
@@ -61,7 +32,9 @@ class free_tracking {
 /// free. Throws std::bad_alloc only.
 template <memory::memory_domain Domain>
 [[nodiscard]] free_tracking<Domain> track_frees(Domain& domain, communicator& comm) {
-  return free_tracking<Domain>(domain, comm);
+  return free_tracking<Domain>(domain, domain.add_invalidation_hook([c = &comm](const transport::memory_region& region) {
+                                 c->invalidate_registrations(region);
+                               }));
 }
 
 }  // namespace pdcoll

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -37,6 +38,7 @@
 #include <utility>
 
 #include "pdcoll/error.hpp"
+#include "pdcoll/memory/domain.hpp"
 #include "pdcoll/registration/detail/region_key.hpp"
 #include "pdcoll/registration/policies.hpp"
 #include "pdcoll/registration/registrar.hpp"
@@ -285,27 +287,14 @@ class registration_cache {
     }
     ++stats_.registrations;
 
-    if (pending.stale) {
-      if (!(wanted.start == key->start && wanted.end == key->end)) {
-        retire(fresh.release(), retired);
-        lock.unlock();
-        failure = register_entry(*key, *key, region, fresh);
-        lock.lock();
-        if (failure) {
-          ++stats_.failed_registrations;
-          return failure;
-        }
-        ++stats_.registrations;
-      }
-      return hand_out_uncached(std::move(fresh));
-    }
+    if (pending.stale) return hand_out_alone(std::move(fresh), *key, region, lock, retired);
     if (entry* winner = find_containing(*key)) {
       ++stats_.lost_races;
       retire(fresh.release(), retired);
       pin(*winner);
       return pinned_registration{this, winner, true};
     }
-    if (uncached_from_start || !admissible(wanted)) return hand_out_uncached(std::move(fresh));
+    if (uncached_from_start || !admissible(wanted)) return hand_out_alone(std::move(fresh), *key, region, lock, retired);
     for_each_overlapping(wanted, [&](auto it) {
       ++stats_.merges;
       detach(it, retired);
@@ -315,12 +304,17 @@ class registration_cache {
       entry* victim = order_.victim();
       // Only a capacity policy that is not monotone can get here with nothing
       // evictable; the request is still served.
-      if (victim == nullptr) return hand_out_uncached(std::move(fresh));
+      if (victim == nullptr) return hand_out_alone(std::move(fresh), *key, region, lock, retired);
       ++stats_.evictions;
       detach(index_.find(index_key{victim->key.space, victim->key.start}), retired);
     }
     entry* e = fresh.get();
-    index_.emplace(index_key{e->key.space, e->key.start}, e);
+    try {
+      index_.emplace(index_key{e->key.space, e->key.start}, e);
+    } catch (...) {
+      retire(fresh.release(), retired);  // deregistered once the lock is released
+      throw;
+    }
     fresh.release();
     e->indexed = true;
     ++stats_.live_entries;
@@ -505,6 +499,28 @@ class registration_cache {
     }
   }
 
+  // Hands the request `key` out alone, uncached. `fresh` serves when it
+  // covers exactly `key`; a merged one covers bytes the caller does not
+  // vouch for, in a registration invalidate() cannot reach, so it is retired
+  // and `key` registered by itself (the lock dropped around the registrar).
+  template <class Lock>
+  result<pinned_registration> hand_out_alone(std::unique_ptr<entry> fresh, const detail::region_key& key,
+                                             const transport::memory_region& region, Lock& lock,
+                                             retired_list& retired) {
+    if (fresh->key.start != key.start || fresh->key.end != key.end) {
+      retire(fresh.release(), retired);
+      lock.unlock();
+      const std::error_code failure = register_entry(key, key, region, fresh);
+      lock.lock();
+      if (failure) {
+        ++stats_.failed_registrations;
+        return failure;
+      }
+      ++stats_.registrations;
+    }
+    return hand_out_uncached(std::move(fresh));
+  }
+
   pinned_registration hand_out_uncached(std::unique_ptr<entry> fresh) noexcept {
     entry* e = fresh.release();
     ++stats_.uncached_registrations;
@@ -584,20 +600,19 @@ class registration_cache {
 };
 
 /// Subscribes `cache` to `domain`'s frees: every region the domain frees (or
-/// remaps) is invalidated in the cache. The cache must outlive the domain's
-/// hooks (the domain keeps a reference). An invalidation whose DMA-BUF fd
-/// cannot be identified drops every DMA-BUF entry (see invalidate), so no
-/// error is lost to correctness.
+/// remaps) is invalidated in the cache, until the returned subscription is
+/// destroyed (keep it no longer than the cache). An invalidation whose
+/// DMA-BUF fd cannot be identified drops every DMA-BUF entry (see
+/// invalidate), so no error is lost to correctness.
 template <class Domain, class Cache>
-  requires requires(Domain& d, Cache& c, const transport::memory_region& r) {
-    d.add_invalidation_hook(std::function<void(const transport::memory_region&)>{});
+  requires requires(Domain& d, Cache& c, const transport::memory_region& r, memory::hook_id id) {
+    { d.add_invalidation_hook(std::function<void(const transport::memory_region&)>{}) } -> std::same_as<memory::hook_id>;
+    d.remove_invalidation_hook(id);
     c.invalidate(r);
   }
-void invalidate_on_free(Domain& domain, Cache& cache) {
-  domain.add_invalidation_hook(
-      std::function<void(const transport::memory_region&)>{[&cache](const transport::memory_region& region) {
-        (void)cache.invalidate(region);
-      }});
+[[nodiscard]] memory::hook_subscription<Domain> invalidate_on_free(Domain& domain, Cache& cache) {
+  return {domain, domain.add_invalidation_hook(std::function<void(const transport::memory_region&)>{
+                      [&cache](const transport::memory_region& region) { (void)cache.invalidate(region); }})};
 }
 
 }  // namespace pdcoll::registration
