@@ -473,6 +473,72 @@ TEST_CASE("cancelling a receive while its payload streams in place ends it once 
   CHECK(got_tail == 123);
 }
 
+TEST_CASE("a receive that claimed a message still arriving and is cancelled passes it to the next one posted") {
+  auto world = make_world(2);
+  auto eps = raw(world);
+  const std::size_t size = 32 << 20;  // arrives over many progress turns
+  auto data = pattern(size, 5);
+  std::vector<unsigned char> first(size), second(size);
+  recorder s, r_first, r_second;
+  REQUIRE_FALSE(eps[0]->post_send(1, data.data(), size, 7, nullptr, &s));
+  // No receive yet: the message is unexpected, its payload still arriving.
+  REQUIRE(drive(eps, [&] { return as_tcp(*eps[1]).stats().unexpected_messages == 1; }));
+  REQUIRE(as_tcp(*eps[1]).stats().messages_received == 0);
+  REQUIRE_FALSE(eps[1]->post_recv(0, first.data(), size, 7, 0, nullptr, &r_first));  // claims it
+  REQUIRE_FALSE(eps[1]->post_recv(0, second.data(), size, 7, 0, nullptr, &r_second));  // waits behind the claim
+  eps[1]->cancel(&r_first);
+  REQUIRE(drive(eps, [&] { return r_first.done() && r_second.done() && s.done(); }));
+  CHECK(r_first.result->error == canceled);
+  CHECK_FALSE(r_second.result->error);
+  CHECK(r_second.result->bytes == size);
+  CHECK(second == data);
+}
+
+TEST_CASE("what a peer sent before it went away still reaches receives when a send to it fails first") {
+  // One recv at a time into a small staging buffer: the ten messages take
+  // several recvs, and each completed receive answers with a send. The peer
+  // is gone, so the second answer meets a reset connection while no recv is
+  // in flight; the messages still in the socket must arrive all the same.
+  const uring::options opts{.bind_address = "127.0.0.1", .staging_bytes = 4096, .receiving = receiving(false)};
+  auto world = make_world(2, opts);
+  auto eps = raw(world);
+  constexpr int messages = 10;
+  std::vector<std::vector<unsigned char>> sent;
+  std::vector<recorder> sends(messages);
+  for (int i = 0; i < messages; ++i) {
+    sent.push_back(pattern(1024, static_cast<unsigned>(i)));
+    REQUIRE_FALSE(eps[0]->post_send(1, sent.back().data(), 1024, static_cast<std::uint64_t>(i), nullptr, &sends[i]));
+  }
+  REQUIRE(drive({eps[0]}, [&] { return std::all_of(sends.begin(), sends.end(), [](auto& r) { return r.done(); }); }));
+  world[0].reset();
+  struct answering : pdcoll::transport::completion_context {
+    pdcoll::transport::endpoint* ep = nullptr;
+    std::optional<pdcoll::transport::completion> result;
+    recorder answer;
+    unsigned char byte = 1;
+    answering() { on_complete = &done; }
+    static void done(pdcoll::transport::completion_context* self, const pdcoll::transport::completion& c) noexcept {
+      auto* a = static_cast<answering*>(self);
+      a->result = c;
+      if (!c.error) (void)a->ep->post_send(0, &a->byte, 1, 99, nullptr, &a->answer);
+    }
+  };
+  std::vector<answering> receives(messages);
+  std::vector<std::vector<unsigned char>> got(messages, std::vector<unsigned char>(1024));
+  for (int i = 0; i < messages; ++i) {
+    receives[i].ep = eps[1];
+    REQUIRE_FALSE(eps[1]->post_recv(0, got[i].data(), 1024, static_cast<std::uint64_t>(i), 0, nullptr, &receives[i]));
+  }
+  REQUIRE(drive({eps[1]}, [&] {
+    return std::all_of(receives.begin(), receives.end(), [](auto& r) { return r.result.has_value(); });
+  }));
+  for (int i = 0; i < messages; ++i) {
+    CAPTURE(i);
+    CHECK_FALSE(receives[i].result->error);
+    CHECK(got[i] == sent[i]);
+  }
+}
+
 TEST_CASE("cancelling queued and in-flight sends completes each once without corrupting the stream") {
   auto world = make_world(2);
   auto eps = raw(world);

@@ -303,23 +303,7 @@ class tcp_endpoint final : public transport::endpoint {
     if (auto* m = find_unexpected(peer, tag, ignore)) {
       auto* op = allocate(ctx, detail::operation::kind::recv, m->source, buffer, length, tag, ignore);
       if (!op) return make_error_code(errc::transport);
-      auto& link = *peers_[static_cast<std::size_t>(m->source)];
-      if (m->length > length) {
-        // The message is consumed by this receive, which reports the mismatch.
-        complete(op, {make_error_code(errc::collective_mismatch), 0, m->tag, m->source});
-        if (m->complete) {
-          link.unexpected.erase(m);
-          free_unexpected(m);
-        } else {
-          m->dropped = true;
-        }
-      } else if (m->complete) {
-        deliver_unexpected(link, m, op);
-      } else {
-        m->claimed_by = op;
-        op->claimed = m;
-        op->state = detail::operation::phase::active;
-      }
+      take_unexpected(m, op);
       return {};
     }
     if (peer != any_peer && peers_[static_cast<std::size_t>(peer)]->lost) return make_error_code(errc::peer_lost);
@@ -348,10 +332,12 @@ class tcp_endpoint final : public transport::endpoint {
         (op->peer == any_peer ? any_posted_ : peers_[static_cast<std::size_t>(op->peer)]->posted).erase(op);
         complete(op, {canceled, 0, op->tag, op->peer});
       } else if (op->claimed) {
-        // The unexpected message stays, for the next receive that matches it.
-        op->claimed->claimed_by = nullptr;
-        op->claimed = nullptr;
+        // The unexpected message stays, for the receive that matches it
+        // next: one already posted skipped it while it was claimed.
+        unexpected_message* m = std::exchange(op->claimed, nullptr);
+        m->claimed_by = nullptr;
         complete(op, {canceled, 0, op->tag, op->peer});
+        if (operation* next = match_posted(*peers_[static_cast<std::size_t>(m->source)], m->tag)) take_unexpected(m, next);
       } else {
         auto& link = *peers_[static_cast<std::size_t>(op->peer)];
         if (link.recv_in_flight && link.recv_in_place) {
@@ -638,6 +624,29 @@ class tcp_endpoint final : public transport::endpoint {
       search(*peers_[static_cast<std::size_t>(peer)]);
     }
     return best;
+  }
+
+  /// Receive `op` (taken off every posted list) takes unexpected message
+  /// `m`: a longer message consumes it with collective_mismatch (its payload
+  /// discarded as it arrives); a complete one is copied out now; one still
+  /// arriving is claimed, and delivered when its last byte lands.
+  void take_unexpected(unexpected_message* m, operation* op) noexcept {
+    auto& link = *peers_[static_cast<std::size_t>(m->source)];
+    if (m->length > op->length) {
+      complete(op, {make_error_code(errc::collective_mismatch), 0, m->tag, m->source});
+      if (m->complete) {
+        link.unexpected.erase(m);
+        free_unexpected(m);
+      } else {
+        m->dropped = true;
+      }
+    } else if (m->complete) {
+      deliver_unexpected(link, m, op);
+    } else {
+      m->claimed_by = op;
+      op->claimed = m;
+      op->state = detail::operation::phase::active;
+    }
   }
 
   void deliver_unexpected(peer_link& link, unexpected_message* m, operation* op) noexcept {
@@ -1108,13 +1117,11 @@ class tcp_endpoint final : public transport::endpoint {
   /// failing the peer now would fail receives that data would match. Instead
   /// shut the socket down, which ends the recv in flight with that data and
   /// then end of stream; on_recv fails the peer from there, in arrival
-  /// order. Queued sends fail now (schedule()), later posts at once.
+  /// order. With no recv in flight, schedule() posts the one that reads it
+  /// (and fails the peer at once only when it cannot). Queued sends fail
+  /// now (schedule()), later posts at once.
   void break_link(peer_link& link) noexcept {
     if (link.lost || link.send_broken) return;
-    if (!link.recv_in_flight) {
-      fail_peer(link, make_error_code(errc::peer_lost));
-      return;
-    }
     link.send_broken = true;
     link.shut_down();
     fail_sends(link, make_error_code(errc::peer_lost));
@@ -1224,14 +1231,11 @@ class tcp_endpoint final : public transport::endpoint {
     for (auto& owned : peers_) {
       peer_link& link = *owned;
       if (!link.socket.valid()) continue;
-      if (link.recv_cancel_wanted) {
+      // A wish stays until its cancel has an SQE (the ring may be full).
+      if (link.recv_cancel_wanted && (!link.recv_in_flight || prepare_cancel(&link.recv_slot)))
         link.recv_cancel_wanted = false;
-        if (link.recv_in_flight) prepare_cancel(&link.recv_slot);
-      }
-      if (link.send_cancel_wanted) {
+      if (link.send_cancel_wanted && (!link.send_in_flight || prepare_cancel(link.send_user_data)))
         link.send_cancel_wanted = false;
-        if (link.send_in_flight) prepare_cancel(link.send_user_data);
-      }
       if (link.lost) continue;
       if (!link.recv_in_flight) prepare_recv(link);
       if (link.send_broken) {
@@ -1244,11 +1248,13 @@ class tcp_endpoint final : public transport::endpoint {
     }
   }
 
-  void prepare_cancel(detail::io_slot* slot) noexcept {
+  /// Queues IORING_OP_ASYNC_CANCEL of `slot`'s request; false when no SQE was free.
+  bool prepare_cancel(detail::io_slot* slot) noexcept {
     io_uring_sqe* sqe = next_sqe();
-    if (!sqe) return;
+    if (!sqe) return false;
     io_uring_prep_cancel(sqe, slot, 0);
     io_uring_sqe_set_data(sqe, nullptr);
+    return true;
   }
 
   void prepare_recv(peer_link& link) noexcept {
