@@ -108,6 +108,30 @@ TEST_CASE("with_deadline passes the child's own completion through when it beats
   CHECK_FALSE(ex::sync_wait(ex::just_stopped() | ex::with_deadline(10s)).has_value());
 }
 
+TEST_CASE("with_deadline saturates a timeout past the clock's range: duration::max() never fires") {
+  CHECK(ex::with_deadline_t::ticks(std::chrono::hours::max()) == std::chrono::steady_clock::duration::max());
+  CHECK(ex::with_deadline_t::ticks(std::chrono::hours::min()) == std::chrono::steady_clock::duration::min());
+  CHECK(ex::with_deadline_t::ticks(std::chrono::seconds(3)) == std::chrono::seconds(3));
+  for (auto timeout : {std::chrono::steady_clock::duration::max(),
+                       ex::with_deadline_t::ticks(std::chrono::hours::max())}) {
+    test::external_slot slot;
+    std::thread completer([&] {
+      // Bounded: a deadline wrapped to the past stops the child at once, and
+      // its slot may never be seen filled.
+      for (int i = 0; i < 1000 && slot.op.load() == nullptr; ++i) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(20ms);  // such a deadline has fired by now
+      (void)slot.fire(7);
+    });
+    std::optional<std::tuple<int>> r;
+    CHECK_NOTHROW(r = ex::sync_wait(test::external_sender{&slot} | ex::with_deadline(timeout)));
+    completer.join();
+    REQUIRE(r.has_value());
+    CHECK(std::get<0>(*r) == 7);
+  }
+  auto [v] = *ex::sync_wait(ex::just(5) | ex::with_deadline(std::chrono::hours::max()));
+  CHECK(v == 5);
+}
+
 TEST_CASE("with_deadline forwards the receiver's stop request and reports stopped, not timeout") {
   ex::inplace_stop_source outer;
   std::atomic<int> stops{0};

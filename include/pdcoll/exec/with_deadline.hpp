@@ -88,7 +88,12 @@ struct deadline_operation {
     pending_.store(3, std::memory_order_relaxed);
     timer_.fire = &on_deadline;
     timer_.context = this;
-    timer_.deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto now = std::chrono::steady_clock::now();
+    // Saturated: a timeout past the clock's end (duration::max(), "no
+    // deadline") never fires instead of wrapping round to the past.
+    timer_.deadline = timeout_ >= std::chrono::steady_clock::time_point::max() - now
+                          ? std::chrono::steady_clock::time_point::max()
+                          : now + timeout_;
     forwarder_.arm(get_stop_token(exec::get_env(rcvr_)), &source_, &release_slot, this);
     timers_->schedule(&timer_);
     exec::start(child_op_);
@@ -196,11 +201,22 @@ struct with_deadline_t {
   auto operator()(Sender&& sndr, std::chrono::duration<Rep, Period> timeout) const {
     return detail::deadline_sender<std::remove_cvref_t<Sender>>{
         std::forward<Sender>(sndr),
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout)};
+        ticks(timeout)};
   }
   template <class Rep, class Period>
   auto operator()(std::chrono::duration<Rep, Period> timeout) const {
     return detail::make_closure<with_deadline_t>(timeout);
+  }
+
+  /// `timeout` in steady_clock ticks, saturated at the type's limits (a
+  /// plain duration_cast of hours::max() overflows).
+  template <class Rep, class Period>
+  static constexpr std::chrono::steady_clock::duration ticks(std::chrono::duration<Rep, Period> timeout) noexcept {
+    using ticks_type = std::chrono::steady_clock::duration;
+    using seconds = std::chrono::duration<long double>;
+    if (seconds(timeout) >= seconds(ticks_type::max())) return ticks_type::max();
+    if (seconds(timeout) <= seconds(ticks_type::min())) return ticks_type::min();
+    return std::chrono::duration_cast<ticks_type>(timeout);
   }
 };
 
@@ -215,7 +231,13 @@ struct with_deadline_t {
 /// Requires a cancellable sndr: one that ignores stop requests completes late.
 /// Cost: the timer is an entry in the operation state, fired by the process's
 /// one timer thread (started at the first connect, which throws
-/// std::system_error if it cannot be); no allocation.
+/// std::system_error if it cannot be); no allocation. The deadline's stop
+/// request is made on that thread: a child whose stop callback completes it
+/// at once runs the rest of the chain there, and no other deadline fires
+/// until that returns. pdcoll's collectives and transfers do not (their
+/// callbacks only mark the operation; the driving thread completes it). A
+/// timeout past the clock's range (duration::max(), hours::max()) never
+/// fires.
 ///
 ///     auto r = sync_wait(recv(comm, buf, peer) | with_deadline(std::chrono::seconds(5)));
 inline constexpr with_deadline_t with_deadline{};
