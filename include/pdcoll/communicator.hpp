@@ -10,7 +10,10 @@
 // and leaves at the first drive() that finds it idle, so back-to-back
 // collectives on one thread do not pay the registry's mutex each time. With
 // `progress_thread = true` a thread of the communicator drives progress
-// instead (for runtimes that compute while collectives run).
+// instead (for runtimes that compute while collectives run). Receivers run
+// after the communicator's lock is released (completion_turn), on the thread
+// whose turn ended the operation: a continuation may start work on this
+// communicator or another without holding this one's lock.
 //
 // Failure: every operation has a deadline (options.timeout, PDCOLL_TIMEOUT_MS,
 // or a per-operation override). When a deadline passes, a peer is lost, or a
@@ -133,6 +136,10 @@ class operation_base {
   /// Called (under the lock, once) when wake_at has passed; what it sets in
   /// motion runs at the next poll().
   virtual void wake_time_reached() noexcept {}
+  /// Hands the outcome the operation ended with to its receiver. Called
+  /// once, without the communicator's lock, by the turn the operation ended
+  /// in (communicator::completion_turn); the operation may be gone after.
+  virtual void complete_receiver() noexcept = 0;
 
   std::chrono::steady_clock::time_point deadline{};
   /// When the operation wants wake_time_reached() even if nothing completes
@@ -141,6 +148,7 @@ class operation_base {
   std::atomic<bool> stop_requested{false};
   operation_base* prev_active = nullptr;
   operation_base* next_active = nullptr;
+  operation_base* next_due = nullptr;  ///< in the communicator's list of ended operations not yet completed
   bool timed_out = false;
 
  protected:
@@ -240,14 +248,14 @@ class communicator final : private exec::progress_driver {
       progress_thread_.join();
     }
     {
-      std::lock_guard lock(mutex_);
+      completion_turn turn(*this);
       if (active_) abort_locked(make_error_code(errc::aborted), false);
       endpoint_->cancel(&control_ctx_);
     }
     const auto start = std::chrono::steady_clock::now();
     const auto until = start + std::chrono::seconds(1);
     while ((control_posted_ || active_ || notices_in_flight_) && std::chrono::steady_clock::now() < until) {
-      std::lock_guard lock(mutex_);
+      completion_turn turn(*this);
       const bool was_driving = std::exchange(driving_, true);
       if (!endpoint_closed_ && std::chrono::steady_clock::now() >= start + options_.abort_grace) close_endpoint_locked();
       drain_step(std::chrono::steady_clock::time_point::max());
@@ -303,7 +311,7 @@ class communicator final : private exec::progress_driver {
   /// that aborts and then leaves the communicator alone would otherwise hold
   /// them back, and its peers would learn of the abort only at their deadline.
   void abort(std::error_code reason = make_error_code(errc::aborted)) {
-    std::lock_guard lock(mutex_);
+    completion_turn turn(*this);
     abort_locked(reason, true);
     if (!driving_) flush_abort_notices();  // from a completion: the driving thread flushes them when it is done
   }
@@ -319,12 +327,12 @@ class communicator final : private exec::progress_driver {
   /// operation ends (or `until`); with others it returns after any work.
   /// Safe from any thread (one drives at a time).
   bool drive(std::chrono::steady_clock::time_point until) noexcept override {
-    std::unique_lock lock(mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) {
+    completion_turn turn(*this, std::try_to_lock);
+    if (!turn.owns_lock()) {
       std::this_thread::yield();
       return false;
     }
-    // Completions may run from here on; the outermost drive flushes the
+    // Operations may end from here on (their receivers run as the turn ends); the outermost drive flushes the
     // notices of an abort that one of them made (see abort()).
     const bool outermost = !std::exchange(driving_, true);
     struct end_of_drive {
@@ -455,7 +463,9 @@ class communicator final : private exec::progress_driver {
 
   /// The endpoint; callers hold the lock from lock().
   transport::endpoint& endpoint() noexcept { return *endpoint_; }
-  /// The communicator's lock (recursive: completions run under it and may start operations).
+  /// The communicator's lock (recursive). Receivers never run under it
+  /// (completion_turn); library code that ends operations takes it as a
+  /// completion_turn.
   std::recursive_mutex& mutex() const noexcept { return mutex_; }
   /// Next collective sequence number; called in start() order, under the lock.
   std::uint64_t next_sequence() noexcept { return next_seq_++; }
@@ -517,6 +527,57 @@ class communicator final : private exec::progress_driver {
     exec::progress_drivers::register_driver(this);
     driver_registered_ = true;
   }
+  /// The communicator's lock, held for a turn in which operations may end
+  /// (driving progress, starting an operation, aborting). The receivers of
+  /// the operations that ended run when the thread's outermost turn has
+  /// released the lock, in the order the operations ended. So a completion
+  /// that starts work on another communicator (a let_value chaining one
+  /// group's collective to another's) never holds this one's lock
+  /// meanwhile: two progress threads doing that crosswise, each under its
+  /// own lock, would wait for each other for ever.
+  class completion_turn {
+   public:
+    /// Takes the lock (recursive: a nested turn adds to the outermost).
+    explicit completion_turn(communicator& comm) : comm_(comm), lock_(comm.mutex_) { ++comm_.turn_depth_; }
+    /// Takes the lock if it is free; see owns_lock().
+    completion_turn(communicator& comm, std::try_to_lock_t) : comm_(comm), lock_(comm.mutex_, std::try_to_lock) {
+      if (lock_.owns_lock()) ++comm_.turn_depth_;
+    }
+    completion_turn(const completion_turn&) = delete;
+    completion_turn& operator=(const completion_turn&) = delete;
+    /// Releases the lock; the outermost turn then completes what ended.
+    ~completion_turn() {
+      if (!lock_.owns_lock()) return;
+      detail::operation_base* due = nullptr;
+      if (--comm_.turn_depth_ == 0) {
+        due = std::exchange(comm_.due_head_, nullptr);
+        comm_.due_tail_ = nullptr;
+      }
+      lock_.unlock();
+      // Neither the communicator nor a completed operation is touched from
+      // here: a receiver may destroy either.
+      while (due) {
+        detail::operation_base* next = std::exchange(due->next_due, nullptr);
+        due->complete_receiver();
+        due = next;
+      }
+    }
+    /// Whether the lock is held (false only for a try_to_lock turn that found it busy).
+    bool owns_lock() const noexcept { return lock_.owns_lock(); }
+
+   private:
+    communicator& comm_;
+    std::unique_lock<std::recursive_mutex> lock_;
+  };
+
+  /// Queues `op`, which has ended, to have its receiver completed when this
+  /// thread's outermost turn ends (see completion_turn). Under the lock.
+  void complete_after_turn(detail::operation_base& op) noexcept {
+    op.next_due = nullptr;
+    (due_tail_ ? due_tail_->next_due : due_head_) = &op;
+    due_tail_ = &op;
+  }
+
   /// Unregisters a finished operation. Under the lock.
   void end_operation(detail::operation_base& op) noexcept {
     if (op.prev_active) op.prev_active->next_active = op.next_active;
@@ -795,6 +856,9 @@ class communicator final : private exec::progress_driver {
   std::vector<notice_context> notices_;
   int notices_in_flight_ = 0;
   bool driving_ = false;  // a thread is inside drive(), a flush or the destructor's drain: completions may run
+  int turn_depth_ = 0;    // completion_turns the lock's owner holds
+  detail::operation_base* due_head_ = nullptr;  // ended operations whose receivers run as the outermost turn ends
+  detail::operation_base* due_tail_ = nullptr;
   std::thread progress_thread_;
   std::atomic<bool> stop_thread_{false};
 };

@@ -88,13 +88,15 @@ class point_to_point_op_base : public operation_base {
 
   /// Posts the transfer; completes through deliver(). Called once from start().
   void launch() noexcept {
-    auto& comm = *comm_;  // the operation may be gone once launch_locked() returns
-    std::lock_guard lock(comm.mutex());
+    auto& comm = *comm_;
+    communicator::completion_turn turn(comm);  // a transfer that ends inside start() completes as it returns
     launch_locked();
     comm.register_driver_if_pending();
   }
 
-  /// Hands the outcome to the receiver. Must be the last thing the operation does.
+  /// Ends the operation with this outcome: its receiver gets it when the
+  /// turn ends (communicator::completion_turn). Must be the last thing the
+  /// operation does, under the lock.
   virtual void deliver(std::error_code ec, std::size_t bytes, bool stopped) noexcept = 0;
 
   communicator* comm_;
@@ -138,11 +140,14 @@ class point_to_point_op_base : public operation_base {
     if (path == transport::data_path::unreachable) return make_error_code(errc::unreachable_domain);
     transport::memory_region region = b.region;
     if (path == transport::data_path::host_staged) {
-      staging_.reset(new std::byte[b.region.length ? b.region.length : 1]);
+      // From the communicator's pool: a block it lets go of loses its cached
+      // registrations first, so a later buffer at the same address never
+      // hits this one's (a fresh allocation per transfer would).
+      staging_ = comm_->take_host_block(b.region.length ? b.region.length : 1);
       if (!spec_.receive && b.region.length)
-        b.domain.ops->to_host(b.domain.domain, b.device_address, staging_.get(), b.region.length);
+        b.domain.ops->to_host(b.domain.domain, b.device_address, staging_.bytes.get(), b.region.length);
       region = {};
-      region.address = staging_.get();
+      region.address = staging_.bytes.get();
       region.length = b.region.length;
     }
     auto lease = comm_->acquire_registration(region);
@@ -161,16 +166,16 @@ class point_to_point_op_base : public operation_base {
 
   // Runs once, under the communicator's lock, when the transfer has ended (or was never posted).
   void finish(std::error_code ec, std::size_t bytes) noexcept {
-    if (!ec && spec_.receive && staging_ && bytes) {
+    if (!ec && spec_.receive && staging_.bytes && bytes) {
       const auto& b = spec_.buffer;
       try {
-        b.domain.ops->from_host(b.domain.domain, b.device_address, staging_.get(), bytes);
+        b.domain.ops->from_host(b.domain.domain, b.device_address, staging_.bytes.get(), bytes);
       } catch (const std::system_error& e) {
         ec = e.code();
       }
     }
     lease_.release();
-    staging_.reset();
+    if (staging_.bytes) comm_->return_host_block(std::exchange(staging_, {}));
     bool stopped = false;
     if (ec) {
       const bool cancelled = ec == std::errc::operation_canceled;
@@ -190,7 +195,7 @@ class point_to_point_op_base : public operation_base {
   point_to_point_spec spec_;
   transfer_context transfer_;
   registration_lease lease_;
-  std::unique_ptr<std::byte[]> staging_;
+  detail::host_block staging_;
   bool posted_ = false;
 };
 
@@ -211,14 +216,23 @@ class point_to_point_operation final : public point_to_point_op_base {
  private:
   void deliver(std::error_code ec, std::size_t bytes, bool stopped) noexcept override {
     stop_.detach();
-    if (stopped) exec::set_stopped(std::move(rcvr_));
-    else if (ec) exec::set_error(std::move(rcvr_), ec);
-    else if constexpr (Receive) exec::set_value(std::move(rcvr_), bytes);
+    outcome_ = ec;
+    bytes_ = bytes;
+    stopped_ = stopped;
+    comm_->complete_after_turn(*this);
+  }
+  void complete_receiver() noexcept override {
+    if (stopped_) exec::set_stopped(std::move(rcvr_));
+    else if (outcome_) exec::set_error(std::move(rcvr_), outcome_);
+    else if constexpr (Receive) exec::set_value(std::move(rcvr_), bytes_);
     else exec::set_value(std::move(rcvr_));
   }
 
   R rcvr_;
   detail::stop_link<R> stop_;
+  std::error_code outcome_;
+  std::size_t bytes_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace pdcoll::detail

@@ -10,8 +10,14 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <mutex>
 #include <cstdint>
 #include <numeric>
+#include <span>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -332,6 +338,63 @@ TEST_CASE("with_timeout overrides the communicator's deadline for one send or re
   });  // default timeout: 60 s
   CHECK(ec == errc::timeout);
   CHECK(took < 3000ms);
+}
+
+TEST_CASE("receivers run outside the communicator's lock: continuations crossing two communicators never deadlock") {
+  // Two one-rank communicators, each with a progress thread. A message on
+  // each completes a receive whose continuation waits until the other
+  // one's runs too, then sends on the other communicator. Run under their
+  // own communicator's lock, the two continuations would each hold one
+  // lock and wait for the other's.
+  struct two_party_gate {
+    std::mutex m;
+    std::condition_variable cv;
+    int arrived = 0;
+    bool arrive_and_wait(std::chrono::milliseconds bound) {
+      std::unique_lock lock(m);
+      ++arrived;
+      cv.notify_all();
+      return cv.wait_for(lock, bound, [&] { return arrived >= 2; });
+    }
+  } gate;
+  pdcoll::communicator_options options;
+  options.progress_thread = true;
+  options.timeout = 5s;
+  auto fabric_a = pdcoll::transport::inproc::fabric::create(1);
+  auto fabric_b = pdcoll::transport::inproc::fabric::create(1);
+  pdcoll::communicator a{fabric_a->endpoint_for(0), options};
+  pdcoll::communicator b{fabric_b->endpoint_for(0), options};
+  int in_a = 0, in_b = 0, out_a = 0, out_b = 0, to_b = 3, to_a = 4, first_a = 1, first_b = 2;
+  std::atomic<int> met{0};
+  auto crossing = [&](pdcoll::communicator& from, pdcoll::communicator& to, int& into, int& value) {
+    return pdcoll::recv(from, 0, std::span<int>(&into, 1), 1) |
+           ex::then([&](std::size_t) { return gate.arrive_and_wait(2s); }) | ex::let_value([&](bool& both) {
+             met += both ? 1 : 0;
+             return pdcoll::send(to, 0, std::span<int>(&value, 1), 2);
+           });
+  };
+  auto all = std::async(std::launch::async, [&] {
+    ex::sync_wait(ex::when_all(crossing(a, b, in_a, to_b), crossing(b, a, in_b, to_a),
+                               pdcoll::recv(a, 0, std::span<int>(&out_a, 1), 2),
+                               pdcoll::recv(b, 0, std::span<int>(&out_b, 1), 2)));
+  });
+  std::this_thread::sleep_for(50ms);  // the receives are posted
+  auto send_a = std::async(std::launch::async, [&] { ex::sync_wait(pdcoll::send(a, 0, std::span<int>(&first_a, 1), 1)); });
+  auto send_b = std::async(std::launch::async, [&] { ex::sync_wait(pdcoll::send(b, 0, std::span<int>(&first_b, 1), 1)); });
+  if (all.wait_for(20s) != std::future_status::ready) {
+    // A deadlock cannot be unwound: report it and end the process.
+    std::fprintf(stderr, "FAILED: the crossing continuations deadlocked\n");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  all.get();
+  send_a.get();
+  send_b.get();
+  CHECK(met == 2);
+  CHECK(in_a == 1);
+  CHECK(in_b == 2);
+  CHECK(out_a == 4);
+  CHECK(out_b == 3);
 }
 
 TEST_CASE("eight all-reduces of different buckets in flight at once under when_all are each correct") {

@@ -358,8 +358,8 @@ class collective_op_base : public collective_context, public operation_base {
 
   /// Starts the collective; completes through deliver(). Called once from start().
   void launch() noexcept {
-    auto& comm = *comm_;  // the operation may be gone once launch_locked() returns
-    std::lock_guard lock(comm.mutex());
+    auto& comm = *comm_;
+    communicator::completion_turn turn(comm);  // a collective that ends inside start() completes as it returns
     launch_locked();
     comm.register_driver_if_pending();
   }
@@ -370,13 +370,15 @@ class collective_op_base : public collective_context, public operation_base {
   /// one (silently, where the two match). Like a stop during the collective
   /// (design-notes item 5), it aborts the communicator and ends stopped.
   void stop_before_start() noexcept {
-    auto& comm = *comm_;  // the operation may be gone once deliver() returns
-    std::lock_guard lock(comm.mutex());
+    auto& comm = *comm_;
+    communicator::completion_turn turn(comm);
     comm.abort_locked(make_error_code(errc::aborted), true);
     deliver({}, true);
   }
 
-  /// Hands the outcome to the receiver. Must be the last thing the operation does.
+  /// Ends the operation with this outcome: its receiver gets it when the
+  /// turn ends (communicator::completion_turn). Must be the last thing the
+  /// operation does, under the lock.
   virtual void deliver(std::error_code ec, bool stopped) noexcept = 0;
 
   communicator* comm_;
@@ -1123,7 +1125,10 @@ class collective_op_base : public collective_context, public operation_base {
     output_lease_.release();
     bool stopped = false;
     if (ec) {
-      bool user_stop = stop_requested.load(std::memory_order_acquire) && !timed_out && !comm_->aborted();
+      // Stopped only when the stop is what ended the work: a real failure
+      // that raced the request (a mismatch, a lost peer) keeps its reason.
+      const bool user_stop = ec == std::errc::operation_canceled && stop_requested.load(std::memory_order_acquire) &&
+                             !timed_out && !comm_->aborted();
       if (user_stop) {
         // Peers are mid-collective and would wait for this rank until their
         // deadline: a stopped collective aborts the communicator (as
@@ -1214,13 +1219,20 @@ class collective_operation final : public collective_op_base {
  private:
   void deliver(std::error_code ec, bool stopped) noexcept override {
     stop_.detach();
-    if (stopped) exec::set_stopped(std::move(rcvr_));
-    else if (ec) exec::set_error(std::move(rcvr_), ec);
+    outcome_ = ec;
+    stopped_ = stopped;
+    comm_->complete_after_turn(*this);
+  }
+  void complete_receiver() noexcept override {
+    if (stopped_) exec::set_stopped(std::move(rcvr_));
+    else if (outcome_) exec::set_error(std::move(rcvr_), outcome_);
     else exec::set_value(std::move(rcvr_));
   }
 
   R rcvr_;
   stop_link<R> stop_;
+  std::error_code outcome_;
+  bool stopped_ = false;
 };
 
 }  // namespace pdcoll::detail
