@@ -48,6 +48,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -261,10 +262,14 @@ class communicator final : private exec::progress_driver {
       drain_step(std::chrono::steady_clock::time_point::max());
       driving_ = was_driving;
     }
-    // The endpoint outlives this object (it is destroyed last) and may still wait.
     endpoint_->set_wait_condition({});
     if (driver_registered_) exec::progress_drivers::unregister_driver(this);
     cache_.reset();  // deregisters before the endpoint closes
+    // Transfers still outstanding end as the endpoint is destroyed: inside a
+    // turn, so their operations end on a live communicator (its pool and
+    // lock) and their receivers run.
+    completion_turn turn(*this);
+    endpoint_.reset();
   }
 
   /// This rank, in [0, world_size()).
@@ -313,7 +318,7 @@ class communicator final : private exec::progress_driver {
   void abort(std::error_code reason = make_error_code(errc::aborted)) {
     completion_turn turn(*this);
     abort_locked(reason, true);
-    if (!driving_) flush_abort_notices();  // from a completion: the driving thread flushes them when it is done
+    if (!driving_) flush_abort_notices();  // inside a drive() turn (a lock held around it): flushed as that ends
   }
   /// True once an abort closed the endpoint's data path (see the file comment).
   bool data_path_closed() const {
@@ -573,6 +578,7 @@ class communicator final : private exec::progress_driver {
   /// Queues `op`, which has ended, to have its receiver completed when this
   /// thread's outermost turn ends (see completion_turn). Under the lock.
   void complete_after_turn(detail::operation_base& op) noexcept {
+    assert(turn_depth_ > 0 && "an operation ended outside a completion_turn: its receiver would wait for the next turn");
     op.next_due = nullptr;
     (due_tail_ ? due_tail_->next_due : due_head_) = &op;
     due_tail_ = &op;
@@ -855,7 +861,7 @@ class communicator final : private exec::progress_driver {
   bool control_posted_ = false;
   std::vector<notice_context> notices_;
   int notices_in_flight_ = 0;
-  bool driving_ = false;  // a thread is inside drive(), a flush or the destructor's drain: completions may run
+  bool driving_ = false;  // a thread is inside drive(), a flush or the destructor's drain: operations may end
   int turn_depth_ = 0;    // completion_turns the lock's owner holds
   detail::operation_base* due_head_ = nullptr;  // ended operations whose receivers run as the outermost turn ends
   detail::operation_base* due_tail_ = nullptr;

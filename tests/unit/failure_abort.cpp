@@ -2,9 +2,12 @@
 #include <doctest/doctest.h>
 
 #include <pdcoll/pdcoll.hpp>
+#include <unit/exec_support.hpp>
 #include <unit/failure_endpoints.hpp>
 
 #include <chrono>
+#include <memory>
+#include <span>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -250,4 +253,58 @@ TEST_CASE("a rank that receives an abort notice passes it on to every peer but t
     CAPTURE(r);
     CHECK(control_sends(r) == 2);  // every peer but rank 0, once
   }
+}
+
+TEST_CASE("a transfer that ends only as its endpoint is destroyed completes its receiver once, on a live communicator") {
+  // A transport whose transfers ignore cancel and close and end only in its
+  // destructor (a zero-copy send to a peer that vanished without a reset):
+  // the communicator's drain gives up after a second, and the endpoint ends
+  // the receive as the communicator destroys it.
+  struct stubborn_endpoint final : pdcoll::transport::endpoint {
+    std::vector<pdcoll::transport::completion_context*> posted;
+    ~stubborn_endpoint() override {
+      for (auto* ctx : posted) ctx->on_complete(ctx, {std::make_error_code(std::errc::operation_canceled), 0, 0, 1});
+    }
+    int rank() const noexcept override { return 0; }
+    int world_size() const noexcept override { return 2; }
+    std::string name() const override { return "stubborn"; }
+    std::error_code post_send(int, const void*, std::size_t, std::uint64_t, void*,
+                              pdcoll::transport::completion_context* ctx) noexcept override {
+      posted.push_back(ctx);
+      return {};
+    }
+    std::error_code post_recv(int, void*, std::size_t, std::uint64_t, std::uint64_t, void*,
+                              pdcoll::transport::completion_context* ctx) noexcept override {
+      posted.push_back(ctx);
+      return {};
+    }
+    void cancel(pdcoll::transport::completion_context*) noexcept override {}
+    std::size_t progress() noexcept override { return 0; }
+    void wait(clock_type::time_point deadline) noexcept override {
+      std::this_thread::sleep_until(std::min(deadline, clock_type::now() + 1ms));
+    }
+    pdcoll::transport::data_path path_for(pdcoll::transport::memory_kind) const noexcept override {
+      return pdcoll::transport::data_path::host;
+    }
+    bool needs_registration(pdcoll::transport::memory_kind) const noexcept override { return false; }
+    std::error_code register_region(const pdcoll::transport::memory_region&,
+                                    pdcoll::transport::registration_handle&) noexcept override {
+      return {};
+    }
+    void deregister(pdcoll::transport::registration_handle&) noexcept override {}
+  };
+  auto options = short_timeout(60s);
+  options.abort_grace = 50ms;
+  auto comm = std::make_unique<pdcoll::communicator>(std::make_unique<stubborn_endpoint>(), options);
+  int value = 0;
+  pdcoll::exec::test::record rec;
+  auto op = pdcoll::exec::connect(pdcoll::recv(*comm, 1, std::span<int>(&value, 1), 5),
+                                  pdcoll::exec::test::recording_receiver{&rec});
+  pdcoll::exec::start(op);
+  CHECK(rec.completions == 0);
+  const auto start = clock_type::now();
+  comm.reset();
+  CHECK(clock_type::now() - start < 3s);
+  CHECK(rec.completions == 1);
+  CHECK(rec.error == pdcoll::errc::aborted);
 }

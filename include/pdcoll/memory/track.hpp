@@ -24,7 +24,14 @@ namespace pdcoll {
 /// destroyed (after which no hook call is running). Move-only. Must not
 /// outlive the domain or the communicator.
 template <memory::memory_domain Domain>
-using free_tracking = memory::hook_subscription<Domain>;
+class free_tracking : public memory::hook_subscription<Domain> {
+ public:
+  /// Subscribes `comm` to `domain`'s frees.
+  free_tracking(Domain& domain, communicator& comm)
+      : memory::hook_subscription<Domain>(
+            domain, domain.add_invalidation_hook(
+                        [c = &comm](const transport::memory_region& region) { c->invalidate_registrations(region); })) {}
+};
 
 /// Subscribes `comm`'s registration cache to `domain`'s frees: every freed
 /// range is invalidated (in-use registrations go at their last release).
@@ -32,9 +39,7 @@ using free_tracking = memory::hook_subscription<Domain>;
 /// free. Throws std::bad_alloc only.
 template <memory::memory_domain Domain>
 [[nodiscard]] free_tracking<Domain> track_frees(Domain& domain, communicator& comm) {
-  return free_tracking<Domain>(domain, domain.add_invalidation_hook([c = &comm](const transport::memory_region& region) {
-                                 c->invalidate_registrations(region);
-                               }));
+  return free_tracking<Domain>(domain, comm);
 }
 
 }  // namespace pdcoll
