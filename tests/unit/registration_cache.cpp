@@ -39,6 +39,19 @@ std::uint64_t id_of(const typename Cache::pinned_registration& p) {
   return p.handle().id;
 }
 
+// Acquires [base+50, base+150), which overlaps a cached [base, base+100),
+// and checks that it came back uncached, registered alone (not merged).
+template <class Cache>
+typename Cache::pinned_registration acquire_alone(Cache& cache, const counting_registrar& r) {
+  auto p = cache.acquire(host_region(base + 50, 100));
+  REQUIRE(p);
+  CHECK_FALSE(p->cached());
+  const auto rec = r.info(p->handle().id).region;
+  CHECK(rec.address == reinterpret_cast<void*>(base + 50));
+  CHECK(rec.length == 100);
+  return std::move(*p);
+}
+
 // A memfd standing in for a DMA-BUF: a real fd with its own inode.
 struct memfd {
   memfd() : fd(::memfd_create("pdcoll-registration-test", 0)) {}
@@ -363,12 +376,7 @@ TEST_CASE("when pinned entries fill the capacity an overlapping request is regis
   auto b = cache.acquire(host_region(base + 5000, 50));
   REQUIRE(a);
   REQUIRE(b);
-  auto c = cache.acquire(host_region(base + 50, 100));
-  REQUIRE(c);
-  CHECK_FALSE(c->cached());
-  const auto rec = r.info(c->handle().id).region;
-  CHECK(rec.address == reinterpret_cast<void*>(base + 50));
-  CHECK(rec.length == 100);
+  auto c = acquire_alone(cache, r);
   const auto s = cache.statistics();
   CHECK(s.merges == 0);
   CHECK(s.live_entries == 2);
@@ -377,12 +385,12 @@ TEST_CASE("when pinned entries fill the capacity an overlapping request is regis
 
 TEST_CASE("a merge that pins fill while it registers is handed out as the request alone") {
   counting_registrar r;
-  reg::registration_cache<counting_registrar, reg::max_entries<2>, reg::mutex_lock> cache{r};
+  using cache_type = reg::registration_cache<counting_registrar, reg::max_entries<2>, reg::mutex_lock>;
+  cache_type cache{r};
   { auto e = cache.acquire(host_region(base, 100)); REQUIRE(e); }
   // While [base+50, base+150) registers as the union [base, base+150),
   // another thread pins two disjoint ranges: the capacity is full of pins.
-  std::optional<reg::registration_cache<counting_registrar, reg::max_entries<2>, reg::mutex_lock>::pinned_registration>
-      x, y;
+  std::optional<cache_type::pinned_registration> x, y;
   bool armed = true;
   r.on_register = [&](const memory_region&) {
     if (!std::exchange(armed, false)) return;
@@ -393,14 +401,9 @@ TEST_CASE("a merge that pins fill while it registers is handed out as the reques
     x.emplace(std::move(*px));
     y.emplace(std::move(*py));
   };
-  auto p = cache.acquire(host_region(base + 50, 100));
-  REQUIRE(p);
-  CHECK_FALSE(p->cached());
-  const auto rec = r.info(p->handle().id).region;
-  CHECK(rec.address == reinterpret_cast<void*>(base + 50));
-  CHECK(rec.length == 100);
+  auto p = acquire_alone(cache, r);
   CHECK(r.registrations() == 5);  // E, the union, X, Y, then the request alone
-  p->release();
+  p.release();
   x.reset();
   y.reset();
   cache.clear();
@@ -583,15 +586,10 @@ TEST_CASE("a merged miss raced by an invalidation registers only the request, un
   r.on_register = [&](const memory_region&) {
     if (std::exchange(armed, false)) CHECK_FALSE(cache.invalidate(host_region(base, 10)));
   };
-  auto p = cache.acquire(host_region(base + 50, 100));
-  REQUIRE(p);
-  CHECK_FALSE(p->cached());
-  const auto rec = r.info(p->handle().id).region;
-  CHECK(rec.address == reinterpret_cast<void*>(base + 50));
-  CHECK(rec.length == 100);
+  auto p = acquire_alone(cache, r);
   CHECK(r.registrations() == 3);  // [0,100), the union [0,150), then [50,150)
   CHECK(r.live() == 1);
-  p->release();
+  p.release();
   CHECK(r.live() == 0);
 }
 
