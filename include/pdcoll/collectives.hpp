@@ -378,6 +378,9 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, Op = {}) {
   };
   s.algorithm_name = Algo::name;
   if constexpr (requires { Algo::node_small_bytes(); }) s.node_small_bytes = Algo::node_small_bytes();
+  // Refused alike on every rank (a misspelt PDCOLL_ALGO), so before it starts.
+  if constexpr (requires { Algo::refuses(); })
+    if (!s.invalid && Algo::refuses()) s.invalid = make_error_code(errc::invalid_argument);
   return collective_sender(comm, std::move(s));
 }
 

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/deadline.hpp>
 #include <pdcoll/detail/env.hpp>
 #include <pdcoll/detail/host_block_pool.hpp>
 #include <pdcoll/detail/log.hpp>
@@ -508,7 +509,7 @@ class communicator final : private exec::progress_driver {
   /// aborted. Under the lock.
   std::error_code begin_operation(detail::operation_base& op, std::chrono::milliseconds timeout) {
     if (auto ec = begin_operation(op)) return ec;
-    op.deadline = std::chrono::steady_clock::now() + timeout;
+    op.deadline = detail::deadline_after(std::chrono::steady_clock::now(), timeout);
     return {};
   }
   /// begin_operation() without setting the deadline, for an operation that

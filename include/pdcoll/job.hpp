@@ -15,6 +15,7 @@
 #include <pdcoll/bootstrap/split.hpp>
 #include <pdcoll/bootstrap/store.hpp>
 #include <pdcoll/communicator.hpp>
+#include <pdcoll/detail/deadline.hpp>
 #include <pdcoll/detail/env.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/exec/with_deadline.hpp>
@@ -148,7 +149,7 @@ class group_maker final : public group_source, public std::enable_shared_from_th
     // to a member that is gone) arrives up to one transport deadline late;
     // a store collective that times out breaks the store for good, so wait
     // for it: the store's deadline plus the transport's (both timeout_).
-    const auto gathered = store.all_gather(bootstrap::encode(mine), 2 * timeout_);
+    const auto gathered = store.all_gather(bootstrap::encode(mine), detail::twice(timeout_));
     // Every rank is past split number - 1, so its rendezvous keys are read:
     // free them (the store keeps keys until erased).
     if (rank_ == 0 && number > 0) store.erase_prefix(rendezvous_root(number - 1));
@@ -175,7 +176,7 @@ class group_maker final : public group_source, public std::enable_shared_from_th
     std::vector<std::int64_t> all(contribution.size() * static_cast<std::size_t>(parent.world_size()));
     exec::sync_wait(pdcoll::all_gather(parent.comm(), std::span<const std::int64_t>(contribution),
                                        std::span<std::int64_t>(all)) |
-                    exec::with_deadline(2 * timeout_));
+                    exec::with_deadline(detail::twice(timeout_)));
     // Every member is past the parent's split number - 1: free its rendezvous keys.
     if (parent.rank() == 0 && number > 0) store.erase_prefix(parent.split_prefix(number - 1));
     std::vector<bootstrap::split_request> requests(static_cast<std::size_t>(parent.world_size()));

@@ -59,6 +59,7 @@ point_to_point_spec make_point_to_point_spec(const communicator& comm, bool rece
   s.tag = tag;
   s.buffer = make_user_buffer(v);
   if (peer < 0 || peer >= comm.world_size()) s.invalid = make_error_code(errc::root_out_of_range);
+  else if (!bytes_fit(v.size(), 1, sizeof(T))) s.invalid = make_error_code(errc::count_overflow);
   else if (v.size() != 0 && is_null(s.buffer)) s.invalid = make_error_code(errc::null_buffer);
   return s;
 }
@@ -151,7 +152,7 @@ class point_to_point_op_base : public operation_base {
       region.length = b.region.length;
     }
     auto lease = comm_->acquire_registration(region);
-    if (!lease) return make_error_code(errc::registration_failed);
+    if (!lease) return lease.error();
     lease_ = std::move(*lease);
     address = region.address;
     descriptor = lease_.descriptor();

@@ -64,6 +64,10 @@ TEST_CASE("a count whose byte size overflows is count_overflow and posts nothing
   // all_gather multiplies by the world size: fits per rank, overflows in total.
   pdcoll::view<double, pdcoll::memory::host> third(&cell, std::numeric_limits<std::size_t>::max() / 8 / 2);
   CHECK(outcome(pdcoll::all_gather(w.comm, third, huge)) == pdcoll::errc::count_overflow);
+  // Point-to-point too: (2^61 + 1) doubles wrapped to 8 bytes, sent as a success.
+  pdcoll::view<double, pdcoll::memory::host> wraps(&cell, (std::size_t{1} << 61) + 1);
+  CHECK(outcome(pdcoll::send(w.comm, 1, wraps, 3)) == pdcoll::errc::count_overflow);
+  CHECK(outcome(pdcoll::recv(w.comm, 1, wraps, 3)) == pdcoll::errc::count_overflow);
   CHECK(w.posts() == 0);
 }
 
@@ -156,6 +160,20 @@ TEST_CASE("all_to_allv and all_gatherv refuse bad blocks with their own errc and
         pdcoll::errc::overlapping_buffers);
   CHECK(w.posts() == 0);
   CHECK_FALSE(w.comm.aborted());
+}
+
+TEST_CASE("a registration the transport refuses fails with the transport's error, not a generic one") {
+  // Every rank's transport refuses to register with ENOMEM: the collective
+  // and the send report ENOMEM (registration_failed hid the cause).
+  pdcoll::testing::wrapped_world world{2, [](int) {
+                                         pdcoll::testing::endpoint_faults f;
+                                         f.refuse_registration = std::make_error_code(std::errc::not_enough_memory);
+                                         return f;
+                                       }};
+  std::vector<float> data(1 << 16, 1.0f);  // past the small path, which copies instead of registering
+  CHECK(outcome(pdcoll::all_reduce(*world.comms[0], data)) == std::errc::not_enough_memory);
+  pdcoll::view<float, pdcoll::memory::host> block(data.data(), 16);
+  CHECK(outcome(pdcoll::send(*world.comms[1], 0, block, 1)) == std::errc::not_enough_memory);
 }
 
 TEST_CASE("use after abort is aborted and posts nothing") {

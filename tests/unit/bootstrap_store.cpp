@@ -98,6 +98,23 @@ TEST_CASE("a one-rank store sets, gets, waits, gathers and passes barriers on an
   CHECK(s.native_handle() >= 0);
 }
 
+TEST_CASE("a timeout of milliseconds::max() means no deadline, not one already passed") {
+  // now + max() in nanoseconds wrapped to the past: connect failed at once.
+  const auto forever = std::chrono::milliseconds::max();
+  auto root = store::connect(job(0, 2, 0), forever, fast());
+  const std::uint16_t port = root.root_port();
+  auto late = std::async(std::launch::async, [port, forever] {
+    std::this_thread::sleep_for(50ms);
+    auto s = store::connect(job(1, 2, port), forever, fast());
+    s.barrier(forever);
+    return s.all_gather("1", forever);
+  });
+  root.barrier(forever);
+  CHECK(root.all_gather("0", forever) == std::vector<std::string>{"0", "1"});
+  REQUIRE(late.wait_for(10s) == std::future_status::ready);
+  CHECK(late.get() == std::vector<std::string>{"0", "1"});
+}
+
 TEST_CASE("three ranks exchange addresses, keys and barriers through rank 0's server") {
   auto root = store::connect(job(0, 3, 0), 5s, fast());
   const std::uint16_t port = root.root_port();

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "pdcoll/detail/deadline.hpp"
 #include "pdcoll/error.hpp"
 #include "pdcoll/exec/exec.hpp"
 #include "unit/exec_support.hpp"
@@ -130,6 +131,24 @@ TEST_CASE("with_deadline saturates a timeout past the clock's range: duration::m
   }
   auto [v] = *ex::sync_wait(ex::just(5) | ex::with_deadline(std::chrono::hours::max()));
   CHECK(v == 5);
+}
+
+TEST_CASE("deadline_after saturates at the clock's ends and twice at the duration's") {
+  using clock = std::chrono::steady_clock;
+  using pdcoll::detail::deadline_after;
+  const auto now = clock::now();
+  CHECK(deadline_after(now, std::chrono::milliseconds::max()) == clock::time_point::max());
+  CHECK(deadline_after(now, std::chrono::hours::max()) == clock::time_point::max());
+  CHECK(deadline_after(now, clock::duration::max()) == clock::time_point::max());
+  CHECK(deadline_after(now, std::chrono::milliseconds::min()) == clock::time_point::min());
+  CHECK(deadline_after(now, 1500ms) == now + 1500ms);
+  CHECK(deadline_after(now, -2s) == now - 2s);
+  CHECK(deadline_after(clock::time_point::max() - 10s, 5s) == clock::time_point::max() - 5s);
+  CHECK(deadline_after(clock::time_point::max() - 10s, 9500ms) == clock::time_point::max());  // within a second of the end
+  CHECK(deadline_after(clock::time_point{} + 100s, 5s) == clock::time_point{} + 105s);
+  static_assert(pdcoll::detail::twice(std::chrono::milliseconds::max()) == std::chrono::milliseconds::max());
+  static_assert(pdcoll::detail::twice(std::chrono::milliseconds::min()) == std::chrono::milliseconds::min());
+  static_assert(pdcoll::detail::twice(std::chrono::milliseconds(30)) == std::chrono::milliseconds(60));
 }
 
 TEST_CASE("with_deadline forwards the receiver's stop request and reports stopped, not timeout") {

@@ -91,6 +91,34 @@ TEST_CASE("transfers that ignore their cancel are ended by closing the data path
   }
 }
 
+TEST_CASE("a v form through node memory that times out ends its large blocks' transfers through the abort, not a drain") {
+  // shared_memory's all_to_allv posts blocks larger than its slot section as
+  // messages, then waits on the slots. Rank 1 never joins and rank 0's
+  // transport ignores cancels: the step's error must wait for those
+  // transfers under the operation's progress, where the abort closes the
+  // data path after abort_grace. Returning at once left them to the
+  // batch's one-second drain under the communicator's lock, after which
+  // the transport still pointed into the coroutine's frame.
+  auto options = short_timeout(200ms);
+  options.abort_grace = 150ms;
+  pdcoll::testing::wrapped_world world(
+      2, [](int rank) { return pdcoll::testing::endpoint_faults{.ignore_cancel = rank == 0, .unreachable = {}}; },
+      options, pdcoll::transport::min_node_memory_bytes);
+  auto& comm = *world.comms[0];
+  REQUIRE(comm.endpoint().shared_node_memory() != nullptr);
+  const std::vector<std::size_t> counts(2, std::size_t{1} << 18);  // 1 MiB blocks: past any section
+  std::vector<float> in(2 * counts[0], 1.0f), out(in.size());
+  const auto start = clock_type::now();
+  CHECK(outcome(pdcoll::all_to_allv<pdcoll::algo::shared_memory>(comm, in, counts, out, counts)) ==
+        pdcoll::errc::timeout);
+  const double took = ms_since(start);
+  CHECK(world.counters[0]->data_sends.load() > 0);  // the large block went as a message
+  CHECK(took >= 200 + 150 - 10);
+  CHECK(took < 1100);  // the drain alone took 1,000 ms after the 200 ms deadline
+  CHECK(world.counters[0]->closes.load() == 1);
+  CHECK(comm.pending_operations() == 0);
+}
+
 TEST_CASE("a transport that honours cancel never needs its data path closed") {
   auto options = short_timeout(200ms);
   options.abort_grace = 150ms;

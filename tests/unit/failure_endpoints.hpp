@@ -67,6 +67,8 @@ struct endpoint_faults {
   /// reverse of the order in which the transport finished them (a transport
   /// may complete in any order; the other ranks see the inner order).
   bool newest_completion_first = false;
+  /// Every memory kind needs registration, and every registration fails with this.
+  std::optional<std::error_code> refuse_registration;
 };
 
 /// Forwards to an inner endpoint, counting and injecting endpoint_faults.
@@ -128,15 +130,20 @@ class wrapped_endpoint final : public transport::endpoint {
     if (!held_.empty()) return;  // the next progress() has one to hand out
     inner_->wait(deadline);
   }
+  transport::node_memory* shared_node_memory() noexcept override { return inner_->shared_node_memory(); }
+  void set_wait_condition(transport::wait_condition condition) noexcept override {
+    inner_->set_wait_condition(condition);
+  }
   transport::data_path path_for(transport::memory_kind kind) const noexcept override {
     if (faults_.unreachable && *faults_.unreachable == kind) return transport::data_path::unreachable;
     return inner_->path_for(kind);
   }
   bool needs_registration(transport::memory_kind kind) const noexcept override {
-    return inner_->needs_registration(kind);
+    return faults_.refuse_registration || inner_->needs_registration(kind);
   }
   std::error_code register_region(const transport::memory_region& region,
                                   transport::registration_handle& out) noexcept override {
+    if (faults_.refuse_registration) return *faults_.refuse_registration;
     return inner_->register_region(region, out);
   }
   void deregister(transport::registration_handle& handle) noexcept override { inner_->deregister(handle); }
@@ -216,10 +223,12 @@ struct wrapped_world {
   std::vector<std::shared_ptr<endpoint_counters>> counters;
   std::vector<std::unique_ptr<communicator>> comms;
 
-  /// `faults_of(rank)` picks each rank's faults.
+  /// `faults_of(rank)` picks each rank's faults; `node_memory_bytes`, when
+  /// not 0, gives the ranks node memory (inproc::fabric::enable_node_memory).
   wrapped_world(int world_size, const std::function<endpoint_faults(int)>& faults_of,
-                communicator_options options = {})
+                communicator_options options = {}, std::size_t node_memory_bytes = 0)
       : fabric(transport::inproc::fabric::create(world_size)) {
+    if (node_memory_bytes != 0) fabric->enable_node_memory(node_memory_bytes);
     for (int r = 0; r < world_size; ++r) {
       counters.push_back(std::make_shared<endpoint_counters>());
       comms.push_back(std::make_unique<communicator>(

@@ -117,8 +117,13 @@ class fake_habanalabs final : public mem::gaudi_driver {
 
   int ioctl(int fd, unsigned long request, void* argument) noexcept override {
     if (fd != device_fd || device_fd < 0) return -EBADF;
-    if (request == HL_IOCTL_INFO) return info(*static_cast<hl_info_args*>(argument));
-    if (request == HL_IOCTL_MEMORY) return memory(*static_cast<hl_mem_args*>(argument));
+    // The kernel takes the request's direction and size from its number: an
+    // index (what HL_IOCTL_* are under the DRM header) is another request.
+    if (_IOC_DIR(request) != (_IOC_READ | _IOC_WRITE)) violations.push_back("ioctl request without read-write direction");
+    if (request == pdcoll::memory::detail::hl_info_request && _IOC_SIZE(request) == sizeof(hl_info_args))
+      return info(*static_cast<hl_info_args*>(argument));
+    if (request == pdcoll::memory::detail::hl_memory_request && _IOC_SIZE(request) == sizeof(hl_mem_args))
+      return memory(*static_cast<hl_mem_args*>(argument));
     violations.push_back("unknown ioctl");
     return -ENOTTY;
   }

@@ -141,6 +141,11 @@ TEST_CASE("an automatic all_reduce under an unknown PDCOLL_ALGO completes with i
       CHECK(e.code() == pdcoll::make_error_code(pdcoll::errc::invalid_argument));
     }
     CHECK(data[0] == 1.0f);  // nothing was reduced
+    // Refused before it started: the communicator was not aborted.
+    CHECK_FALSE(comm.aborted());
+    int word = comm.rank() == 0 ? 7 : 0;
+    pdcoll::exec::sync_wait(pdcoll::broadcast(comm, std::span<int>(&word, 1), 0));
+    CHECK(word == 7);
   });
   ::unsetenv("PDCOLL_ALGO");
 }

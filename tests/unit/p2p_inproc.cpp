@@ -340,6 +340,36 @@ TEST_CASE("with_timeout overrides the communicator's deadline for one send or re
   CHECK(took < 3000ms);
 }
 
+TEST_CASE("a timeout of milliseconds::max() is no deadline: collectives and transfers wait for a late rank") {
+  // launch + max() in nanoseconds wrapped to the past: every operation
+  // timed out at its first deadline check and aborted the communicator.
+  std::array<std::error_code, 2> barrier_ec, reduce_ec, p2p_ec;
+  std::array<int, 2> sum{};
+  int got = 0;
+  pdcoll::testing::run_inproc(2, [&](pdcoll::communicator& comm) {
+    const int r = comm.rank();
+    if (r == 1) std::this_thread::sleep_for(50ms);
+    barrier_ec[r] = error_of(pdcoll::barrier(comm));
+    if (r == 0) std::this_thread::sleep_for(50ms);
+    int mine = r + 1;
+    reduce_ec[r] = error_of(pdcoll::all_reduce(comm, std::span<const int>(&mine, 1), std::span<int>(&sum[r], 1)));
+    if (r == 0) {
+      p2p_ec[r] = error_of(pdcoll::recv(comm, 1, std::span<int>(&got, 1), 9).with_timeout(std::chrono::milliseconds::max()));
+    } else {
+      std::this_thread::sleep_for(50ms);
+      const int payload = 42;
+      p2p_ec[r] = error_of(pdcoll::send(comm, 0, std::span<const int>(&payload, 1), 9));
+    }
+  }, with_timeout(std::chrono::milliseconds::max()));
+  for (int r = 0; r < 2; ++r) {
+    CHECK(barrier_ec[r] == std::error_code{});
+    CHECK(reduce_ec[r] == std::error_code{});
+    CHECK(p2p_ec[r] == std::error_code{});
+    CHECK(sum[r] == 3);
+  }
+  CHECK(got == 42);
+}
+
 TEST_CASE("receivers run outside the communicator's lock: continuations crossing two communicators never deadlock") {
   // Two one-rank communicators, each with a progress thread. A message on
   // each completes a receive whose continuation waits until the other

@@ -46,7 +46,8 @@
 // collectives do not read it (name their algorithm as the template
 // argument instead). Every rank
 // must set the same value. Any other value completes every automatic
-// all-reduce with errc::invalid_argument (nothing is sent).
+// all-reduce with errc::invalid_argument before it starts (nothing is sent,
+// and the communicator stays usable for other collectives).
 #pragma once
 
 #include <pdcoll/algorithm/by_size.hpp>
@@ -145,6 +146,10 @@ struct automatic {
     static const forced_choice choice = parse(std::getenv("PDCOLL_ALGO"));
     return choice;
   }
+
+  /// True when PDCOLL_ALGO names no algorithm: all_reduce refuses the call
+  /// before it starts, on every rank alike.
+  static bool refuses() noexcept { return forced().invalid; }
 
   /// Sizes that take the one-step node-memory path
   /// (collective_spec::node_small_bytes): those for which it would run

@@ -282,28 +282,38 @@ struct shared_memory {
     const pdcoll::detail::node_step s{&node, P, first};
     const std::uint64_t signature = ctx.signature();
     condition_wait slot_free(ctx, &pdcoll::detail::node_step::slot_free, &s);
-    if (auto ec = co_await slot_free) co_return ec;
-    std::byte* const mine = s.slot(r);
-    bool filled = false;
-    for (int q = 0; q < P; ++q) {
-      const std::size_t bytes = ctx.send_bytes(q);
-      const std::uint64_t word = q == r ? cap : bytes;
-      std::memcpy(mine + static_cast<std::size_t>(q) * sizeof word, &word, sizeof word);
-      if (q == r || bytes == 0 || bytes > cap || (one_block && filled)) continue;
-      std::memcpy(mine + section(q), ctx.input.address + ctx.send_offset(q), bytes);
-      filled = true;
+    std::error_code ec = co_await slot_free;
+    if (!ec) {
+      std::byte* const mine = s.slot(r);
+      bool filled = false;
+      for (int q = 0; q < P; ++q) {
+        const std::size_t bytes = ctx.send_bytes(q);
+        const std::uint64_t word = q == r ? cap : bytes;
+        std::memcpy(mine + static_cast<std::size_t>(q) * sizeof word, &word, sizeof word);
+        if (q == r || bytes == 0 || bytes > cap || (one_block && filled)) continue;
+        std::memcpy(mine + section(q), ctx.input.address + ctx.send_offset(q), bytes);
+        filled = true;
+      }
+      s.publish(r, signature);
+      condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
+      ec = co_await published;
     }
-    s.publish(r, signature);
-
-    condition_wait published(ctx, &pdcoll::detail::node_step::all_published, &s);
-    if (auto ec = co_await published) co_return ec;
-    if (!s.signatures_match(signature)) co_return make_error_code(errc::collective_mismatch);
-    for (int q = 0; q < P; ++q) {
+    if (!ec && !s.signatures_match(signature)) ec = make_error_code(errc::collective_mismatch);
+    for (int q = 0; q < P && !ec; ++q) {
       if (q == r) continue;
       const std::size_t bytes = ctx.recv_bytes(q);
       if (header_word(s.slot(q), r) != bytes || header_word(s.slot(q), q) != cap)
-        co_return make_error_code(errc::collective_mismatch);
-      if (bytes != 0 && bytes <= cap) std::memcpy(ctx.output.address + ctx.recv_offset(q), s.slot(q) + section(r), bytes);
+        ec = make_error_code(errc::collective_mismatch);
+      else if (bytes != 0 && bytes <= cap)
+        std::memcpy(ctx.output.address + ctx.recv_offset(q), s.slot(q) + section(r), bytes);
+    }
+    if (ec) {
+      // The large blocks' transfers end before this frame does, through the
+      // operation's progress (where an abort may close a data path that
+      // ignores the cancel), never in the batch's bounded drain.
+      b.cancel();
+      (void)co_await b;
+      co_return ec;
     }
     s.raise(r, &pdcoll::detail::node_flags::consumed);
     co_return co_await b;

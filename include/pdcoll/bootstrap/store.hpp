@@ -23,6 +23,8 @@
 // (see native_handle()) is a hint that rank 0 is gone.
 #pragma once
 
+#include <pdcoll/detail/deadline.hpp>
+
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -85,7 +87,7 @@ class store {
     s->timeout = timeout;
     s->options = options;
     s->reader = frame_reader{options.server.wire};
-    const auto deadline = detail::clock::now() + timeout;
+    const auto deadline = pdcoll::detail::deadline_after(detail::clock::now(), timeout);
     std::string host = info.root_host;
     std::uint16_t port = info.root_port;
     if (info.rank == 0) {
@@ -181,7 +183,7 @@ class store {
   void wait(std::initializer_list<std::string_view> keys) { wait(keys, s_->timeout); }
   /// wait() with its own deadline.
   void wait(std::initializer_list<std::string_view> keys, std::chrono::milliseconds timeout) {
-    const auto deadline = detail::clock::now() + timeout;
+    const auto deadline = pdcoll::detail::deadline_after(detail::clock::now(), timeout);
     for (auto key : keys) {
       check_key(key);
       message m;
@@ -333,7 +335,7 @@ class store {
   }
 
   message request(const message& m, message_type expected, std::chrono::milliseconds timeout, const std::string& what) {
-    return request_until(m, expected, detail::clock::now() + timeout, timeout, what);
+    return request_until(m, expected, pdcoll::detail::deadline_after(detail::clock::now(), timeout), timeout, what);
   }
 
   message request_until(const message& m, message_type expected, detail::clock::time_point deadline,
@@ -353,7 +355,7 @@ class store {
 
   std::vector<std::string> collect(collect_kind kind, std::string_view mine, std::chrono::milliseconds timeout) {
     check_usable();
-    const auto deadline = detail::clock::now() + timeout;
+    const auto deadline = pdcoll::detail::deadline_after(detail::clock::now(), timeout);
     const std::uint32_t round = s_->next_round++;
     const std::string what = std::string(kind == collect_kind::barrier ? "barrier" : "all_gather") + " round " +
                              std::to_string(round) + " on rank " + std::to_string(s_->rank);

@@ -11,6 +11,7 @@
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/detail/collective_task.hpp>
 #include <pdcoll/detail/cpu_relax.hpp>
+#include <pdcoll/detail/deadline.hpp>
 #include <pdcoll/detail/stop_link.hpp>
 #include <pdcoll/detail/log.hpp>
 #include <pdcoll/detail/node_layout.hpp>
@@ -420,7 +421,7 @@ class collective_op_base : public collective_context, public operation_base {
       registered_ = true;
       honour_early_stop();
       launched = std::chrono::steady_clock::now();
-      deadline = launched + timeout;
+      deadline = deadline_after(launched, timeout);
       bind_buffers();
       if (comm_->options().verify_collectives) start_signature_check();
       if (staged_) {
@@ -444,7 +445,7 @@ class collective_op_base : public collective_context, public operation_base {
     if (!check_held_) return release_signature_check();  // may end the operation: nothing after
     // Held: until the first message to rank + 1, at most check_hold_limit
     // (and well inside a short timeout, so a mismatch is not reported as one).
-    wake_at = launched + std::min<std::chrono::steady_clock::duration>(check_hold_limit, timeout / 2);
+    wake_at = launched + std::min<std::chrono::milliseconds>(check_hold_limit, timeout / 2);
   }
 
   // Scratch memory of the working domain (device scratch for the direct
@@ -648,7 +649,7 @@ class collective_op_base : public collective_context, public operation_base {
     registered_ = true;
     honour_early_stop();
     const auto started = std::chrono::steady_clock::now();
-    deadline = started + timeout;
+    deadline = deadline_after(started, timeout);
     if (spin.bound.count() > 0 &&
         spin_small(started, std::min(started + spin.bound, deadline), spin.crowded, give_way))
       return true;
@@ -741,7 +742,7 @@ class collective_op_base : public collective_context, public operation_base {
 
   buffer_desc bind(const transport::memory_region& region, registration_lease& lease) {
     auto got = comm_->acquire_registration(region);
-    if (!got) throw std::system_error(make_error_code(errc::registration_failed));
+    if (!got) throw std::system_error(got.error());  // the cause (aborted, ENOMEM, the provider's), not a generic one
     lease = std::move(*got);
     return {static_cast<std::byte*>(region.address), region.length, lease.descriptor()};
   }

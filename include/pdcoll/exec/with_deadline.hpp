@@ -11,6 +11,7 @@
 #include <utility>
 #include <variant>
 
+#include "pdcoll/detail/deadline.hpp"
 #include "pdcoll/error.hpp"
 #include "pdcoll/exec/env.hpp"
 #include "pdcoll/exec/pipe.hpp"
@@ -91,9 +92,7 @@ struct deadline_operation {
     const auto now = std::chrono::steady_clock::now();
     // Saturated: a timeout past the clock's end (duration::max(), "no
     // deadline") never fires instead of wrapping round to the past.
-    timer_.deadline = timeout_ >= std::chrono::steady_clock::time_point::max() - now
-                          ? std::chrono::steady_clock::time_point::max()
-                          : now + timeout_;
+    timer_.deadline = pdcoll::detail::deadline_after(now, timeout_);
     forwarder_.arm(get_stop_token(exec::get_env(rcvr_)), &source_, &release_slot, this);
     timers_->schedule(&timer_);
     exec::start(child_op_);

@@ -64,6 +64,28 @@ namespace pdcoll::memory {
 
 namespace detail {
 
+// The driver's INFO and MEMORY requests. Under <drm/habanalabs_accel.h>
+// (Linux 6.2 on) HL_IOCTL_INFO and HL_IOCTL_MEMORY are command indices and
+// the requests are DRM_IOCTL_HL_*; under <misc/habanalabs.h> they are the
+// requests themselves. Both are read-write requests of the struct they carry.
+#if defined(DRM_IOCTL_HL_INFO)
+/// The request number of the habanalabs INFO ioctl.
+inline constexpr unsigned long hl_info_request = DRM_IOCTL_HL_INFO;
+/// The request number of the habanalabs MEMORY ioctl.
+inline constexpr unsigned long hl_memory_request = DRM_IOCTL_HL_MEMORY;
+#else
+/// The request number of the habanalabs INFO ioctl.
+inline constexpr unsigned long hl_info_request = HL_IOCTL_INFO;
+/// The request number of the habanalabs MEMORY ioctl.
+inline constexpr unsigned long hl_memory_request = HL_IOCTL_MEMORY;
+#endif
+static_assert(_IOC_DIR(hl_info_request) == (_IOC_READ | _IOC_WRITE) &&
+                  _IOC_SIZE(hl_info_request) == sizeof(hl_info_args),
+              "the habanalabs INFO request is not a read-write request of hl_info_args");
+static_assert(_IOC_DIR(hl_memory_request) == (_IOC_READ | _IOC_WRITE) &&
+                  _IOC_SIZE(hl_memory_request) == sizeof(hl_mem_args),
+              "the habanalabs MEMORY request is not a read-write request of hl_mem_args");
+
 // Habana PCI device ids (drivers/accel/habanalabs/common/habanalabs_drv.c);
 // HL_INFO_HW_IP_INFO reports the ASIC's in hl_info_hw_ip_info::device_id.
 inline constexpr std::uint32_t pci_id_goya = 0x0001;
@@ -161,7 +183,7 @@ class gaudi {
     info.op = HL_INFO_HW_IP_INFO;
     info.return_pointer = reinterpret_cast<std::uintptr_t>(&hw_ip_);
     info.return_size = sizeof hw_ip_;
-    if (const int rc = driver_->ioctl(fd_, HL_IOCTL_INFO, &info); rc < 0) {
+    if (const int rc = driver_->ioctl(fd_, detail::hl_info_request, &info); rc < 0) {
       driver_->close(fd_);
       detail::fail_errno(rc, "HL_IOCTL_INFO(HL_INFO_HW_IP_INFO) on " + path_);
     }
@@ -345,7 +367,7 @@ class gaudi {
   };
 
   int memory_ioctl(hl_mem_args& args, const std::string& what) const {
-    const int rc = driver_->ioctl(fd_, HL_IOCTL_MEMORY, &args);
+    const int rc = driver_->ioctl(fd_, detail::hl_memory_request, &args);
     if (rc < 0) detail::fail_errno(rc, what);
     return rc;
   }
@@ -383,13 +405,13 @@ class gaudi {
     hl_mem_args args{};
     args.in.op = HL_MEM_OP_UNMAP;
     args.in.unmap.device_virt_addr = address;
-    return driver_->ioctl(fd_, HL_IOCTL_MEMORY, &args);
+    return driver_->ioctl(fd_, detail::hl_memory_request, &args);
   }
   int memory_op_free(std::uint64_t handle) noexcept {
     hl_mem_args args{};
     args.in.op = HL_MEM_OP_FREE;
     args.in.free.handle = handle;
-    return driver_->ioctl(fd_, HL_IOCTL_MEMORY, &args);
+    return driver_->ioctl(fd_, detail::hl_memory_request, &args);
   }
 
   // Releases what allocate() acquired, in reverse order; the first failure

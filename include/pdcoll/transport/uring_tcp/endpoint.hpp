@@ -94,6 +94,7 @@
 #include <thread>
 #include <vector>
 
+#include "pdcoll/detail/deadline.hpp"
 #include "pdcoll/detail/log.hpp"
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/endpoint.hpp"
@@ -1491,7 +1492,7 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
   if (opts.token.size() > detail::max_token_bytes) {
     detail::throw_pdcoll(errc::invalid_argument, "job token longer than 4096 bytes");
   }
-  const auto deadline = detail::setup_clock::now() + opts.timeout;
+  const auto deadline = pdcoll::detail::deadline_after(detail::setup_clock::now(), opts.timeout);
   std::string bind = opts.bind_address;
   if (bind.empty()) {
     if (const char* from_environment = std::getenv("PDCOLL_URING_BIND")) bind = from_environment;
