@@ -143,6 +143,27 @@ TEST_CASE("srun alone: the root is the step's first node on a port from the job 
   auto two = from_environment(with({{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}}));
   CHECK(two.world_size == 2);
 
+  // The local size is the step's count on this node, not the allocation's
+  // request: sbatch --ntasks-per-node=8, then srun -n 4 on one node
+  // (refused before: "SLURM_NTASKS_PER_NODE=8 exceeds SLURM_STEP_NUM_TASKS=4").
+  CHECK(info.local_size == -1);  // neither variable: unknown
+  auto small_step = from_environment(with({{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "4"},
+                                           {"SLURM_NTASKS_PER_NODE", "8"}, {"SLURM_STEP_TASKS_PER_NODE", "4"}}));
+  CHECK(small_step.world_size == 4);
+  CHECK(small_step.local_size == 4);
+  // 7 tasks on 4 nodes, "2(x3),1": the node's index picks its count.
+  for (auto [node, expected] : {std::pair{"0", 2}, {"2", 2}, {"3", 1}, {"4", -1}}) {
+    CAPTURE(node);
+    auto uneven = from_environment(with({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}, {"SLURM_STEP_NUM_TASKS", "7"},
+                                         {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", node}}));
+    CHECK(uneven.local_size == expected);
+  }
+  CHECK(from_environment(with({{"SLURM_STEP_TASKS_PER_NODE", "2(x4)"}})).local_size == 2);  // even: no node needed
+  for (const char* malformed : {"2(x", "(x2)", "2,,1", "x", "0", ""})
+    CHECK(from_environment(with({{"SLURM_STEP_TASKS_PER_NODE", malformed}, {"SLURM_NODEID", "0"}})).local_size == -1);
+  CHECK(contains(error_of(with({{"SLURM_LOCALID", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "2"}})),
+                 "SLURM_LOCALID=2 is not below SLURM_STEP_TASKS_PER_NODE=2"));
+
   // srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE with the step's numbering: the root is still derived.
   auto pmi2 = from_environment(with({{"PMI_RANK", "3"}, {"PMI_SIZE", "8"}}));
   CHECK(pmi2.launcher == "pmi");

@@ -310,3 +310,28 @@ TEST_CASE("a server stopping with replies a client does not read waits out its f
   CHECK(wall >= 400ms);  // it did wait for the client, up to flush_timeout
   CHECK(cpu < 0.2);
 }
+
+TEST_CASE("a server for more ranks than the soft descriptor limit raises it as far as the hard limit allows") {
+  // A soft RLIMIT_NOFILE of 1024 (the usual default) is below a large job's
+  // world size: rank 0 accepted ranks past it only after they timed out.
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const rlim_t wanted = 1000 + rendezvous_server::spare_descriptors;
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < wanted) {
+    MESSAGE("hard RLIMIT_NOFILE " << saved.rlim_max << " is below " << wanted << ": skipped");
+    return;
+  }
+  rlimit low = saved;
+  low.rlim_cur = 512;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  rlimit during{};
+  {
+    rendezvous_server server("127.0.0.1", 0, 1000, "t");
+    ::getrlimit(RLIMIT_NOFILE, &during);
+  }
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  CHECK(during.rlim_cur >= wanted);
+  CHECK(during.rlim_max == saved.rlim_max);
+  // Never lowered: a soft limit above the need stays.
+  CHECK(rendezvous_server::make_room_for(10) == saved.rlim_cur);
+}

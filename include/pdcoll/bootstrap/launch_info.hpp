@@ -163,10 +163,11 @@ inline constexpr launcher_variables launchers[] = {
 };
 
 /// An srun task's variables (read apart from the others: see the file
-/// comment). SLURM_NTASKS_PER_NODE is only set when the user asked for it,
-/// and then as a plain count; srun(1).
+/// comment). Its local size is not one variable: step_tasks_on_this_node
+/// reads it from SLURM_STEP_TASKS_PER_NODE. (SLURM_NTASKS_PER_NODE is the
+/// allocation's request, inherited by every step, not what a step runs.)
 inline constexpr launcher_variables slurm_step{"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
-                                               "SLURM_NTASKS_PER_NODE"};
+                                               "SLURM_STEP_TASKS_PER_NODE"};
 
 [[noreturn]] inline void fail(std::string message) {
   throw std::system_error(make_error_code(errc::bootstrap), message);
@@ -244,6 +245,48 @@ inline std::optional<launcher_view> read_launcher(const environment_map& env, co
   if (*rank >= *size)
     fail(show(vars.rank, std::to_string(*rank)) + " is not below " + show(vars.size, std::to_string(*size)));
   return launcher_view{&vars, *rank, *size};
+}
+
+/// The number of the step's tasks on this node, from
+/// SLURM_STEP_TASKS_PER_NODE ("4", "2(x3),1": counts per node in the step's
+/// node order, "(xM)" repeating one M times) and, where nodes differ,
+/// SLURM_NODEID (this node's index in the step); nullopt when either is
+/// missing or malformed (the local size is then unknown, not an error).
+inline std::optional<int> step_tasks_on_this_node(const environment_map& env) {
+  const std::string* text = lookup(env, "SLURM_STEP_TASKS_PER_NODE");
+  if (text == nullptr) return std::nullopt;
+  struct run {
+    long long count, nodes;
+  };
+  std::vector<run> runs;
+  std::string_view rest{*text};
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    std::string_view entry = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    long long nodes = 1;
+    if (const std::size_t open = entry.find("(x"); open != std::string_view::npos) {
+      if (entry.back() != ')') return std::nullopt;
+      auto repeat = parse_count(entry.substr(open + 2, entry.size() - open - 3), 0x7fffffff);
+      if (!repeat || *repeat == 0) return std::nullopt;
+      nodes = *repeat;
+      entry = entry.substr(0, open);
+    }
+    auto count = parse_count(entry, 0x7fffffff);
+    if (!count || *count == 0) return std::nullopt;
+    runs.push_back({*count, nodes});
+  }
+  if (runs.empty()) return std::nullopt;
+  if (std::all_of(runs.begin(), runs.end(), [&](const run& r) { return r.count == runs.front().count; }))
+    return static_cast<int>(runs.front().count);
+  const std::string* node_text = lookup(env, "SLURM_NODEID");
+  auto node = node_text ? parse_count(*node_text, 0x7fffffff) : std::nullopt;
+  if (!node) return std::nullopt;
+  for (const run& r : runs) {
+    if (*node < r.nodes) return static_cast<int>(r.count);
+    *node -= r.nodes;
+  }
+  return std::nullopt;
 }
 
 /// The first port of SLURM_STEP_RESV_PORTS ("12000-12003", "12000"), or
@@ -350,7 +393,8 @@ inline launch_info from_environment(const environment_map& env) {
   info.launcher = std::string(chosen->vars->launcher);
 
   auto local_rank = read_int(env, chosen->vars->local_rank);
-  auto local_size = read_int(env, chosen->vars->local_size);
+  auto local_size =
+      chosen->vars == &slurm_step ? step_tasks_on_this_node(env) : read_int(env, chosen->vars->local_size);
   if (local_size && *local_size < 1)
     fail(show(chosen->vars->local_size, std::to_string(*local_size)) + " must be at least 1");
   if (local_rank && local_size && *local_rank >= *local_size)

@@ -10,9 +10,11 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -24,6 +26,7 @@
 
 #include "pdcoll/bootstrap/detail/socket.hpp"
 #include "pdcoll/bootstrap/rendezvous_state.hpp"
+#include "pdcoll/detail/log.hpp"
 
 namespace pdcoll::bootstrap {
 
@@ -33,12 +36,16 @@ namespace pdcoll::bootstrap {
 class rendezvous_server {
  public:
   /// Listens on host:port (port 0: an ephemeral port, see port()) for
-  /// `world_size` ranks presenting `token`.
+  /// `world_size` ranks presenting `token`. Raises the process's soft
+  /// RLIMIT_NOFILE where it is below world_size + spare_descriptors
+  /// (make_room_for); where the hard limit is lower still, the ranks past it
+  /// wait in the backlog and a warning names the limit.
   /// Errors: throws std::system_error{errc::bootstrap} when it cannot
   /// resolve, bind or listen ("rank 0 could not listen on …: Address already in use").
   rendezvous_server(const std::string& host, std::uint16_t port, int world_size, std::string token,
                     server_options options = {})
       : state_(world_size, std::move(token), options), options_(options) {
+    make_room_for(world_size);
     auto [listener, bound] = detail::listen_on(host, port, 1024);
     listener_ = std::move(listener);
     port_ = bound;
@@ -64,6 +71,26 @@ class rendezvous_server {
   /// The TCP port the server listens on.
   std::uint16_t port() const noexcept { return port_; }
 
+  /// Descriptors the server keeps beside one per rank (its listener and
+  /// wake pipe, and the process's own: libraries, the rank's transport).
+  static constexpr rlim_t spare_descriptors = 256;
+
+  /// Raises this process's soft RLIMIT_NOFILE, as far as the hard limit
+  /// allows, to one connection per rank plus spare_descriptors (the soft
+  /// limit is often 1024, below a large job's world size). Returns the
+  /// soft limit in force afterwards.
+  static rlim_t make_room_for(int world_size) noexcept {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+    const rlim_t wanted = static_cast<rlim_t>(world_size) + spare_descriptors;
+    if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
+      rlimit raised = limit;
+      raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+    }
+    return limit.rlim_cur;
+  }
+
  private:
   using clock = detail::clock;
 
@@ -75,6 +102,9 @@ class rendezvous_server {
       // makes each client fail fast with peer_lost instead of hanging.
     }
     sockets_.clear();
+    // Clients that connect from now on are refused at once instead of
+    // waiting out their deadline in a backlog nobody accepts from.
+    listener_.reset();
   }
 
   void serve() {
@@ -148,8 +178,19 @@ class rendezvous_server {
         // EAGAIN: drained. Out of descriptors or memory, the connection
         // stays queued and the listener readable: look again in 100 ms
         // instead of spinning on it.
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          if ((errno == EMFILE || errno == ENFILE) && !descriptors_reported_) {
+            descriptors_reported_ = true;  // once: ranks past the limit then time out naming no cause
+            rlimit limit{};
+            ::getrlimit(RLIMIT_NOFILE, &limit);
+            pdcoll::detail::log(pdcoll::detail::log_level::warn, 0,
+                                "the rendezvous store is out of file descriptors (" + detail::errno_text(errno) +
+                                    ", RLIMIT_NOFILE " + std::to_string(limit.rlim_cur) + "/" +
+                                    std::to_string(limit.rlim_max) + ") with " + std::to_string(sockets_.size()) +
+                                    " ranks connected: raise the limit (ulimit -n) above the world size");
+          }
           accept_paused_until_ = now + std::chrono::milliseconds{100};
+        }
         return;
       }
       const auto id = state_.open(now);
@@ -204,6 +245,7 @@ class rendezvous_server {
   detail::unique_fd wake_write_;
   std::uint16_t port_ = 0;
   clock::time_point accept_paused_until_{};
+  bool descriptors_reported_ = false;  // the warning that accept ran out of descriptors was logged
   std::map<rendezvous_state::connection_id, detail::unique_fd> sockets_;
   std::thread thread_;
 };

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <ratio>
 
 namespace pdcoll::detail {
 
@@ -19,6 +20,16 @@ constexpr std::chrono::time_point<Clock, Duration> deadline_after(std::chrono::t
                                                                   std::chrono::duration<Rep, Period> timeout) noexcept {
   using point = std::chrono::time_point<Clock, Duration>;
   using seconds = std::chrono::duration<long double>;
+  // Every real timeout: below a century from a clock short of its last
+  // century, in plain integer ticks (collectives start here on every call).
+  if constexpr (std::chrono::treat_as_floating_point_v<Rep> == false &&
+                std::ratio_greater_equal_v<Period, std::nano> &&
+                std::ratio_less_equal_v<typename Duration::period, std::ratio<1>>) {
+    constexpr std::chrono::hours century{24 * 366 * 100};
+    if (timeout >= timeout.zero() && timeout <= century && now.time_since_epoch() >= Duration::zero() &&
+        now.time_since_epoch() <= Duration::max() - std::chrono::duration_cast<Duration>(century))
+      return now + std::chrono::duration_cast<Duration>(timeout);
+  }
   // In long double seconds, a second short of each end so the cast below
   // cannot round past it.
   // The timeout must also fit the clock's duration by itself.

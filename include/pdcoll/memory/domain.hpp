@@ -61,7 +61,9 @@ using hook_id = std::uint64_t;
 /// Called with the region of an allocation just before its memory is freed,
 /// so a registration cache drops registrations that a reused address would
 /// otherwise hit. The region is what detail::fabric_region reports for the
-/// allocation's full view.
+/// allocation's full view. A hook must not throw: frees are noexcept, so one
+/// that does ends the process (std::terminate), rather than leave a cache
+/// holding the registration of memory that is gone.
 using invalidation_hook = std::function<void(const transport::memory_region&)>;
 
 /// A hook added to `Domain` (add_invalidation_hook's id), removed when this
@@ -200,37 +202,49 @@ class first_fit_arena {
   }
   /// Takes `length` bytes (a multiple of the alignment the owner keeps) from
   /// the first free chunk large enough; false when none is.
+  /// Allocates nothing itself (the chunk's node is reused).
   bool allocate(std::size_t length, std::uint64_t& address) {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second < length) continue;
       address = it->first;
       const std::size_t remaining = it->second - length;
-      free_.erase(it);
-      if (remaining > 0) free_.emplace(address + length, remaining);
+      auto node = free_.extract(it);
+      if (remaining > 0) {
+        node.key() = address + length;
+        node.mapped() = remaining;
+        free_.insert(std::move(node));
+      }
       in_use_ += length;
       return true;
     }
     return false;
   }
   /// Gives back a chunk taken by allocate, merged with free neighbours so
-  /// large requests fit again.
+  /// large requests fit again. Allocates only for a chunk with no free
+  /// neighbour (then it may throw std::bad_alloc).
   void release(std::uint64_t address, std::size_t length) {
     in_use_ -= length;
-    std::uint64_t start = address;
     auto next = free_.lower_bound(address);
-    if (next != free_.end() && next->first == start + length) {
-      length += next->second;
-      next = free_.erase(next);
-    }
+    const bool joins_next = next != free_.end() && next->first == address + length;
     if (next != free_.begin()) {
       auto previous = std::prev(next);
-      if (previous->first + previous->second == start) {
-        start = previous->first;
-        length += previous->second;
-        free_.erase(previous);
+      if (previous->first + previous->second == address) {
+        previous->second += length;
+        if (joins_next) {
+          previous->second += next->second;
+          free_.erase(next);
+        }
+        return;
       }
     }
-    free_.emplace(start, length);
+    if (joins_next) {
+      auto node = free_.extract(next);
+      node.key() = address;
+      node.mapped() += length;
+      free_.insert(std::move(node));
+      return;
+    }
+    free_.emplace(address, length);
   }
   std::size_t capacity() const noexcept { return capacity_; }
   std::size_t in_use() const noexcept { return in_use_; }

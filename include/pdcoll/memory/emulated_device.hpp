@@ -123,7 +123,12 @@ class emulated_device {
     std::lock_guard lock(mutex_);
     std::uint64_t offset = 0;
     if (arena_.allocate(reserved, offset)) {
-      live_.emplace(offset, allocation{reserved, bytes});
+      try {
+        live_.emplace(offset, allocation{reserved, bytes});
+      } catch (...) {  // bad_alloc: the chunk goes back, or it would stay in use for good
+        arena_.release(offset, reserved);
+        throw;
+      }
       return device_buffer<T, emulated_device>(this, offset, count);
     }
     detail::fail(std::make_error_code(std::errc::not_enough_memory),

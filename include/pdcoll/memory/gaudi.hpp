@@ -212,7 +212,12 @@ class gaudi {
       base = aligned_base;
       const std::uint64_t end = hw_ip_.dram_base_address + hw_ip_.dram_size;
       const std::size_t usable = end > base ? static_cast<std::size_t>((end - base) / allocation_granule_ * allocation_granule_) : 0;
-      dram_ = detail::first_fit_arena(base, usable);
+      try {
+        dram_ = detail::first_fit_arena(base, usable);
+      } catch (...) {  // bad_alloc: the destructor will not run to close the device
+        driver_->close(fd_);
+        throw;
+      }
     }
   }
   gaudi(const gaudi&) = delete;
@@ -281,12 +286,12 @@ class gaudi {
     }
     try {
       record.dmabuf_fd = memory_op_export(record);
+      std::lock_guard lock(mutex_);
+      live_.emplace(record.address, record);  // may throw bad_alloc: undone like a failed export
     } catch (...) {
       undo(record);
       throw;
     }
-    std::lock_guard lock(mutex_);
-    live_.emplace(record.address, record);
     return device_buffer<T, gaudi>(this, record.address, count);
   }
 
