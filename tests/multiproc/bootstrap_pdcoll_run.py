@@ -246,17 +246,18 @@ def test_the_status_survives_a_copier_still_writing_at_exit():
     # a copier is still writing when pdcoll-run exits. The interpreter's exit
     # used to abort on the stdout lock that copier held ("could not acquire
     # lock for <stdout> at interpreter shutdown", SIGABRT) in 5 of 6 runs.
+    # pdcoll-run writes while lines go out, up to 10 s after the job.
     codes, errors = [], b""
-    for status in (0, 3, 0, 3):
+    for status in (0, 3):
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen([RUN, "-n", "1", "sh", "-c", f"setsid yes 2>/dev/null & exit {status}"],
                                     stdout=subprocess.PIPE, stderr=err, env=launcher_env())
-            read_to_the_end(proc, 10)
+            read_to_the_end(proc, 15)
             codes.append(wait_or_end(proc, 5))
             proc.stdout.close()
             err.seek(0)
             errors += err.read()
-    check(codes == [0, 3, 0, 3] and b"Fatal Python error" not in errors,
+    check(codes == [0, 3] and b"Fatal Python error" not in errors,
           f"a copier still writing at exit leaves the real status ({codes}, {errors[-300:]!r})")
 
 

@@ -302,6 +302,11 @@ TEST_CASE("a launcher reporting another world size is an outer one: mpirun or Hy
       {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {"PDCOLL_ROOT", "h:1"}});
   CHECK(hydra.rank == 1);
   CHECK(hydra.world_size == 4);
+  // The launcher read first reporting the smaller world is not inner to the
+  // other: pdcoll-run -n 2 torchrun --nproc-per-node 4, or a stale PDCOLL_*.
+  CHECK(contains(error_of({{"PDCOLL_RANK", "1"}, {"PDCOLL_WORLD_SIZE", "2"}, {"RANK", "5"}, {"WORLD_SIZE", "8"},
+                           {"PDCOLL_ROOT", "h:1"}}),
+                 "PDCOLL_WORLD_SIZE=2 but WORLD_SIZE=8"));
 }
 
 TEST_CASE("inconsistent or missing variables are errors that name the variable") {

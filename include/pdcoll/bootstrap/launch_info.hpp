@@ -6,10 +6,13 @@
 // Precedence, first match wins: PDCOLL_* > torchrun > Open MPI > PMI > Slurm.
 // The other launchers' variables are then cross-checked: one that reports
 // the same world size but a different rank is an error ("RANK=1 but
-// OMPI_COMM_WORLD_RANK=2"). One that reports another world size is an outer
+// OMPI_COMM_WORLD_RANK=2"). One that reports a smaller world is an outer
 // launcher of this job (`mpirun -np 2 torchrun --nproc-per-node 4`: each of
 // mpirun's 2 processes is a torchrun agent whose 4 workers inherit its
-// OMPI_* variables) and is ignored. Slurm's are read only when no other launcher set
+// OMPI_* variables) and is ignored; one that reports a larger world than
+// the launcher chosen is an error, since an inner world is never smaller
+// (`pdcoll-run -n 2 torchrun …`, or a stale PDCOLL_WORLD_SIZE left in the
+// shell, would have several processes claim each rank). Slurm's are read only when no other launcher set
 // any, and never cross-checked: where another launcher did, Slurm is the
 // *outer* allocator of a job whose ranks torchrun, pdcoll-run or mpirun
 // started (one srun task per node, or a batch script), and its numbering
@@ -368,7 +371,10 @@ inline launch_info from_environment(const environment_map& env) {
       chosen = view;
       continue;
     }
-    if (view->size != chosen->size) continue;  // an outer launcher (file comment)
+    if (view->size < chosen->size) continue;  // an outer launcher (file comment)
+    if (view->size > chosen->size)
+      fail(show(chosen->vars->size, std::to_string(chosen->size)) + " but " +
+           show(vars.size, std::to_string(view->size)) + ": the launcher read first reports the smaller world");
     if (view->rank != chosen->rank)
       fail(show(chosen->vars->rank, std::to_string(chosen->rank)) + " but " +
            show(vars.rank, std::to_string(view->rank)));

@@ -26,6 +26,7 @@
 
 #include "pdcoll/bootstrap/detail/socket.hpp"
 #include "pdcoll/bootstrap/rendezvous_state.hpp"
+#include "pdcoll/detail/descriptors.hpp"
 #include "pdcoll/detail/log.hpp"
 
 namespace pdcoll::bootstrap {
@@ -37,15 +38,16 @@ class rendezvous_server {
  public:
   /// Listens on host:port (port 0: an ephemeral port, see port()) for
   /// `world_size` ranks presenting `token`. Raises the process's soft
-  /// RLIMIT_NOFILE where it is below world_size + spare_descriptors
-  /// (make_room_for); where the hard limit is lower still, the ranks past it
-  /// wait in the backlog and a warning names the limit.
+  /// RLIMIT_NOFILE towards three descriptors per rank (the store's
+  /// connection, and the transport's mesh of up to two per peer) plus
+  /// detail::spare_descriptors; where the hard limit is lower still, the
+  /// ranks past it wait in the backlog and a warning names the limit.
   /// Errors: throws std::system_error{errc::bootstrap} when it cannot
   /// resolve, bind or listen ("rank 0 could not listen on …: Address already in use").
   rendezvous_server(const std::string& host, std::uint16_t port, int world_size, std::string token,
                     server_options options = {})
       : state_(world_size, std::move(token), options), options_(options) {
-    make_room_for(world_size);
+    pdcoll::detail::make_room_for_descriptors(3 * static_cast<rlim_t>(world_size > 0 ? world_size : 0));
     auto [listener, bound] = detail::listen_on(host, port, 1024);
     listener_ = std::move(listener);
     port_ = bound;
@@ -70,26 +72,6 @@ class rendezvous_server {
 
   /// The TCP port the server listens on.
   std::uint16_t port() const noexcept { return port_; }
-
-  /// Descriptors the server keeps beside one per rank (its listener and
-  /// wake pipe, and the process's own: libraries, the rank's transport).
-  static constexpr rlim_t spare_descriptors = 256;
-
-  /// Raises this process's soft RLIMIT_NOFILE, as far as the hard limit
-  /// allows, to one connection per rank plus spare_descriptors (the soft
-  /// limit is often 1024, below a large job's world size). Returns the
-  /// soft limit in force afterwards.
-  static rlim_t make_room_for(int world_size) noexcept {
-    rlimit limit{};
-    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
-    const rlim_t wanted = static_cast<rlim_t>(world_size) + spare_descriptors;
-    if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
-      rlimit raised = limit;
-      raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
-      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-    }
-    return limit.rlim_cur;
-  }
 
  private:
   using clock = detail::clock;
@@ -187,7 +169,7 @@ class rendezvous_server {
                                 "the rendezvous store is out of file descriptors (" + detail::errno_text(errno) +
                                     ", RLIMIT_NOFILE " + std::to_string(limit.rlim_cur) + "/" +
                                     std::to_string(limit.rlim_max) + ") with " + std::to_string(sockets_.size()) +
-                                    " ranks connected: raise the limit (ulimit -n) above the world size");
+                                    " ranks connected: raise the hard limit (ulimit -Hn) to about three per rank");
           }
           accept_paused_until_ = now + std::chrono::milliseconds{100};
         }

@@ -22,8 +22,11 @@ constexpr std::chrono::time_point<Clock, Duration> deadline_after(std::chrono::t
   using seconds = std::chrono::duration<long double>;
   // Every real timeout: below a century from a clock short of its last
   // century, in plain integer ticks (collectives start here on every call).
+  // (Periods from nanoseconds to hours and clocks of nanoseconds to
+  // seconds, so that neither the comparison nor the casts can overflow.)
   if constexpr (std::chrono::treat_as_floating_point_v<Rep> == false &&
-                std::ratio_greater_equal_v<Period, std::nano> &&
+                std::ratio_greater_equal_v<Period, std::nano> && std::ratio_less_equal_v<Period, std::ratio<3600>> &&
+                std::ratio_greater_equal_v<typename Duration::period, std::nano> &&
                 std::ratio_less_equal_v<typename Duration::period, std::ratio<1>>) {
     constexpr std::chrono::hours century{24 * 366 * 100};
     if (timeout >= timeout.zero() && timeout <= century && now.time_since_epoch() >= Duration::zero() &&

@@ -221,9 +221,8 @@ class first_fit_arena {
   }
   /// Gives back a chunk taken by allocate, merged with free neighbours so
   /// large requests fit again. Allocates only for a chunk with no free
-  /// neighbour (then it may throw std::bad_alloc).
+  /// neighbour (then it may throw std::bad_alloc, and the chunk stays in use).
   void release(std::uint64_t address, std::size_t length) {
-    in_use_ -= length;
     auto next = free_.lower_bound(address);
     const bool joins_next = next != free_.end() && next->first == address + length;
     if (next != free_.begin()) {
@@ -234,6 +233,7 @@ class first_fit_arena {
           previous->second += next->second;
           free_.erase(next);
         }
+        in_use_ -= length;
         return;
       }
     }
@@ -242,9 +242,11 @@ class first_fit_arena {
       node.key() = address;
       node.mapped() += length;
       free_.insert(std::move(node));
+      in_use_ -= length;
       return;
     }
     free_.emplace(address, length);
+    in_use_ -= length;
   }
   std::size_t capacity() const noexcept { return capacity_; }
   std::size_t in_use() const noexcept { return in_use_; }

@@ -95,6 +95,7 @@
 #include <vector>
 
 #include "pdcoll/detail/deadline.hpp"
+#include "pdcoll/detail/descriptors.hpp"
 #include "pdcoll/detail/log.hpp"
 #include "pdcoll/error.hpp"
 #include "pdcoll/transport/endpoint.hpp"
@@ -1493,6 +1494,9 @@ inline std::unique_ptr<transport::endpoint> make_endpoint(int rank, int world_si
     detail::throw_pdcoll(errc::invalid_argument, "job token longer than 4096 bytes");
   }
   const auto deadline = pdcoll::detail::deadline_after(detail::setup_clock::now(), opts.timeout);
+  // One connection per peer, two with directional connections.
+  pdcoll::detail::make_room_for_descriptors((opts.directional_connections ? 2 : 1) *
+                                            static_cast<rlim_t>(world_size - 1));
   std::string bind = opts.bind_address;
   if (bind.empty()) {
     if (const char* from_environment = std::getenv("PDCOLL_URING_BIND")) bind = from_environment;
