@@ -33,9 +33,9 @@ constexpr std::chrono::time_point<Clock, Duration> deadline_after(std::chrono::t
         now.time_since_epoch() <= Duration::max() - std::chrono::duration_cast<Duration>(century))
       return now + std::chrono::duration_cast<Duration>(timeout);
   }
-  // In long double seconds, a second short of each end so the cast below
-  // cannot round past it.
-  // The timeout must also fit the clock's duration by itself.
+  // Otherwise in long double seconds, a second short of each end so the
+  // cast below cannot round past it; the timeout must also fit the clock's
+  // duration by itself.
   const long double wanted = seconds(timeout).count();
   const long double from_now = seconds(now.time_since_epoch()).count();
   const long double top = seconds(Duration::max()).count(), bottom = seconds(Duration::min()).count();
