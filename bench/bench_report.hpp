@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -90,6 +91,27 @@ inline std::vector<std::size_t> size_sweep(std::size_t min_bytes, std::size_t ma
     if (b == 0) break;
   }
   return sizes;
+}
+
+/// Runs `once()` (one collective) untimed for about `seconds` before a
+/// launch's first measurement (--settle): for a fresh launch with more ranks
+/// than CPUs the scheduler moves ranks between CPUs for some hundreds of
+/// milliseconds (several ranks on one CPU, then fewer), and an all-reduce
+/// measured then times that, not the steady state a long job runs in
+/// (design-notes item 54). Every rank runs the same batches (1, 2, 4, … up to
+/// 256 calls) and, after each, `agree(still)` combines every rank's `still`
+/// (its own clock has not reached `seconds`) with one collective of the
+/// library under test and returns whether any rank is still settling, so
+/// all stop after the same batch. Nothing is run for `seconds` <= 0.
+template <class Once, class Agree>
+void settle(double seconds, Once&& once, Agree&& agree) {
+  if (!(seconds > 0)) return;
+  using clock = std::chrono::steady_clock;
+  const auto until = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+  for (int batch = 1;; batch = std::min(2 * batch, 256)) {
+    for (int i = 0; i < batch; ++i) once();
+    if (!agree(clock::now() < until)) return;
+  }
 }
 
 /// One measured placement (out-of-place or in-place) of one size.

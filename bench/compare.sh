@@ -18,10 +18,15 @@
 # with ranks bound to a core each where there are enough cores (pdcoll-run's
 # default, and mpirun --bind-to core), over 4 KiB .. 256 MiB (×4 steps by
 # default), plus an 8-byte latency row per library (the mean of 2000
-# iterations, nccl-tests' statistic: with more ranks than cores one
-# iteration's time is bimodal, some all-reduces finishing within a time
-# slice and others waiting for a handoff, and the median picks either mode
-# at random; bench_report.hpp's summarize()). Writes one CSV (library,
+# iterations over TCP, 200,000 over shared memory, nccl-tests' statistic:
+# with more ranks than cores one iteration's time is bimodal, some
+# all-reduces finishing within a time slice and others waiting for a
+# handoff, and the median picks either mode at random; bench_report.hpp's
+# summarize(). Over shared memory 2,000 iterations last 6-10 ms with 4 ranks
+# on 2 cores, one draw of how many ranks the scheduler keeps on each CPU, a
+# state it holds for tens to hundreds of milliseconds; 200,000 last about a
+# second, as 2,000 over TCP do for Gloo's slowest; design-notes item 54).
+# Writes one CSV (library,
 # transport, algorithm, ranks, oversubscribed, bytes, time_us, busbw_GBps, timing;
 # the ceiling as a flat series, the ring exchange as a "tcp-ceiling ring
 # exchange" series), a PNG (busbw vs size, one panel per rank count, the
@@ -44,7 +49,13 @@
 # between runs) --ranks "2 4" --pdcoll-algos "automatic ring ..." (automatic:
 # pdcoll-bench --algo values, one series each) --out DIR (bench/results) --build DIR
 # (build-bench) --no-build --ceiling-lengths "16K 128K 1M" (iperf3 -l values)
-# --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling) --rounds N (1:
+# --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling)
+# --latency-iters N (2000: the TCP latency rows' iterations and the floor's)
+# --shm-latency-iters N (200000: the shared-memory latency rows')
+# --settle SECONDS (1: every launch of the three libraries' benchmarks first
+# runs its first size untimed this long, so the table times the steady state
+# rather than the scheduler still spreading a fresh launch's ranks over the
+# CPUs; design-notes item 54) --rounds N (1:
 # every library's runs repeated N times; within a round the libraries take
 # turns part by part (small sizes, large sizes, latency), each round starting
 # with the next library, and each size reported from the round with the
@@ -56,6 +67,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 min=4K max=256M factor=4 iters=10 warmup=2 small_iters=1000 ranks="2 4" algos=automatic out=bench/results build=build-bench do_build=1
+latency_iters=2000 shm_latency_iters=200000 settle=1
 ceiling_lengths="16K 128K 1M" ceiling_seconds=3 rounds=1
 while (($#)); do
   case "$1" in
@@ -73,7 +85,10 @@ while (($#)); do
     --ceiling-lengths) ceiling_lengths=$2; shift 2 ;;
     --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
+    --latency-iters) latency_iters=$2; shift 2 ;;
+    --shm-latency-iters) shm_latency_iters=$2; shift 2 ;;
+    --settle) settle=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -131,12 +146,13 @@ parts=""
 ((large_first > 0)) && parts+="large "
 parts+="latency"
 
-sizes() {  # sizes small|large|latency: sets args to the size options
+sizes() {  # sizes small|large|latency [shm|tcp]: sets args to the size options
   case $1 in
     small) args=(-b "$min" -e "$small_last" -f "$factor" -n "$small_iters" -w $((small_iters / 10 > warmup ? small_iters / 10 : warmup)) -c 0) ;;
     large) args=(-b "$large_first" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c 0) ;;
-    *) args=(-b 8 -e 8 -n 2000 -w 200 -c 0 --timing mean) ;;
+    *) args=(-b 8 -e 8 -n "$([ "${2:-tcp}" = shm ] && echo "$shm_latency_iters" || echo "$latency_iters")" -w 200 -c 0 --timing mean) ;;
   esac
+  args+=(--settle "$settle")
 }
 
 # The ceiling first, while nothing else of ours loads the machine. It writes
@@ -171,16 +187,16 @@ mkdir -p "$raw/floor"
 run_floor() {
   (($1 > 1)) || return 0
   run "tcp-latency-floor-n$1" tools/pdcoll-run -n "$1" --timeout "$timeout_s" "$bin/tcp_latency_floor" \
-    -b 8 -e 8 -n 2000 -w 200 --timing mean --csv "$raw/floor/round$round-$((n++)).csv"
+    -b 8 -e 8 -n "$latency_iters" -w 200 --timing mean --csv "$raw/floor/round$round-$((n++)).csv"
 }
 
 # One library's runs of one part (small, large, latency) for R ranks:
 # run_pdcoll R PART, run_openmpi R PART, run_gloo R PART.
 run_pdcoll() {
   local config t domain algo
-  sizes "$2"
   for config in shm:host shm:host_shareable tcp:host uring:host uring-directional:host; do
     t=${config%%:*} domain=${config#*:}
+    sizes "$2" "$([ "$t" = shm ] && echo shm || echo tcp)"
     for algo in $algos; do
       run "pdcoll-$t-$domain-$algo-n$1-$2" tools/pdcoll-run -n "$1" --timeout "$timeout_s" \
         "$bin/pdcoll-bench" --transport "$t" --domain "$domain" --algo "$algo" "${args[@]}" \
@@ -191,8 +207,8 @@ run_pdcoll() {
 run_openmpi() {
   local t btl
   mpi_for "$1"
-  sizes "$2"
   for t in vader tcp; do
+    sizes "$2" "$([ "$t" = vader ] && echo shm || echo tcp)"
     btl=(--mca btl "self,$t")
     [ "$t" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
     run "openmpi-$t-n$1-$2" "${mpi[@]}" -n "$1" "${btl[@]}" \

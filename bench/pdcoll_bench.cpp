@@ -63,6 +63,7 @@ struct options {
   std::string json;
   std::string csv;
   std::string timing = "median";
+  double settle = 0;  // seconds of untimed collectives before the first measurement
 };
 
 /// Where pdcoll-bench's collectives read and write: a host vector or an
@@ -216,6 +217,14 @@ class runner {
 
     const auto vin = in.view(in_at, l.in_count);
     const auto vout = out.view(out_at, l.out_count);
+    if (!settled_) {
+      settled_ = true;
+      pdcoll::bench::settle(opt_.settle, [&] { run_once(vin, vout); }, [&](bool still) {
+        std::vector<std::uint32_t> flag{still ? 1u : 0u};
+        exec::sync_wait(pdcoll::all_reduce(comm_, flag, pdcoll::op::max));
+        return flag[0] != 0;
+      });
+    }
     for (int i = 0; i < opt_.warmup; ++i) run_once(vin, vout);
     exec::sync_wait(pdcoll::barrier(comm_));
     std::vector<double> samples;
@@ -399,6 +408,7 @@ class runner {
   const options& opt_;
   typename bench_buffer<T, D>::domain_handle domain_;
   int rank_, world_;
+  bool settled_ = false;  // --settle ran (before the sweep's first measurement)
 };
 
 /// The sweep for element type T in domain D; returns the wrong-value count.
@@ -467,6 +477,10 @@ int main(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per size")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--timing", opt.timing, "time column: median or mean (nccl-tests') of the iterations")
       ->capture_default_str()->check(CLI::IsMember({"median", "mean"}));
+  app.add_option("--settle", opt.settle,
+                 "seconds of untimed collectives at the first size before the first measurement, while the "
+                 "scheduler settles a fresh launch's ranks on the CPUs (0: none, as nccl-tests)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   app.add_option("-c,--check", opt.check, "check results: 0 or 1")->capture_default_str()->check(CLI::Range(0, 1));
   app.add_option("-o,--op", opt.op, "reduction: sum|prod|min|max|avg")
       ->capture_default_str()->check(CLI::IsMember({"sum", "prod", "min", "max", "avg"}));

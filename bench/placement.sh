@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # File: bench/placement.sh — how much of a small oversubscribed all-reduce's
-# time is the CPU placement of its ranks. Runs one size over TCP loopback
-# (fp32 sum, in place) with pdcoll (io_uring, automatic) and Open MPI (TCP
-# BTL on lo), each rank pinned by `taskset` to the CPU a map gives it, and
+# time is the CPU placement of its ranks. Runs one size (fp32 sum, in place)
+# over TCP loopback, pdcoll (io_uring, automatic) against Open MPI (TCP BTL on
+# lo), or over shared memory, pdcoll (libfabric shm) against Open MPI
+# (vader), each rank pinned by `taskset` to the CPU a map gives it, and
 # unbound, the two libraries taking turns map by map, and prints a table of
 # the in-place median time per map and library (the median over rounds),
 # with the rounds' range.
@@ -18,8 +19,16 @@
 #
 #   bench/placement.sh                                  # 4 ranks, 4 KiB, 4 rounds
 #   bench/placement.sh --size 64K --iters 1000 --maps "0011 0101"
+#   bench/placement.sh --transport shm --size 8 --iters 20000 --timing mean --maps "0011 0101 0001 0000"
 #
-# Options: --ranks N (4) --size BYTES (4K) --iters N (3000) --rounds N (4)
+# Over shared memory the map decides how many ranks share a CPU rather than
+# which partners do (design-notes item 54): two per CPU against three or four.
+#
+# Options: --transport tcp|shm (tcp) --timing median|mean (median: the time
+# column of the benchmarks; an 8-byte all-reduce over shared memory with more
+# ranks than CPUs wants the mean, as compare.sh's latency row: its iterations
+# either finish within a time slice or wait for a switch, and the median picks
+# one of the two) --ranks N (4) --size BYTES (4K) --iters N (3000) --rounds N (4)
 # --maps "M ..." (0011 0110 0101: digit k is the CPU of rank k, an index into
 # this process's allowed CPUs; "unbound" is always run too) --build DIR
 # (build-bench: pdcoll-bench and mpi_allreduce_bench built there) --watch
@@ -29,9 +38,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ranks=4 size=4K iters=3000 rounds=4 maps="0011 0110 0101" build=build-bench watch=
+transport=tcp timing=median ranks=4 size=4K iters=3000 rounds=4 maps="0011 0110 0101" build=build-bench watch=
 while (($#)); do
   case "$1" in
+    --transport) transport=$2; shift 2 ;;
+    --timing) timing=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
@@ -44,6 +55,13 @@ while (($#)); do
   esac
 done
 bin=$build/bench
+case $transport in
+  tcp) pdcoll_transport=uring mpi_btl=(--mca btl self,tcp --mca btl_tcp_if_include lo) mpi_transport=tcp
+       where="TCP loopback" pdcoll_name="pdcoll io_uring" mpi_name="Open MPI tcp" ;;
+  shm) pdcoll_transport=shm mpi_btl=(--mca btl self,vader) mpi_transport=vader
+       where="shared memory" pdcoll_name="pdcoll libfabric shm" mpi_name="Open MPI vader" ;;
+  *) echo "placement.sh: --transport is tcp or shm, not $transport" >&2; exit 2 ;;
+esac
 for p in pdcoll-bench mpi_allreduce_bench; do
   [ -x "$bin/$p" ] || { echo "placement.sh: $bin/$p is missing (scripts/install-deps.sh --bench, then build)" >&2; exit 1; }
 done
@@ -69,7 +87,7 @@ EOF
 chmod +x "$tmp/pin"
 
 source bench/common.sh
-args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 2)) -c 1)
+args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 2)) -c 1 --timing "$timing")
 for round in $(seq "$rounds"); do
   for m in $maps unbound; do
     wrap=("$tmp/pin") watch_pdcoll=() watch_mpi=()
@@ -81,28 +99,28 @@ for round in $(seq "$rounds"); do
       fi
     fi
     PLACEMENT_MAP=$m "${watch_pdcoll[@]}" tools/pdcoll-run -n "$ranks" --bind-to none "${wrap[@]}" \
-      "$bin/pdcoll-bench" --transport uring "${args[@]}" >"$tmp/out" 2>&1 || true
+      "$bin/pdcoll-bench" --transport "$pdcoll_transport" "${args[@]}" >"$tmp/out" 2>&1 || true
     echo "$round $m pdcoll $(in_place_us <"$tmp/out" | grep . || echo nan)" >>"$tmp/rows"
     sed -n 's/^placement_watch: /pdcoll: /p' "$tmp/out" >>"$tmp/watch"
     PLACEMENT_MAP=$m "${watch_mpi[@]}" mpirun --oversubscribe --allow-run-as-root --bind-to none -x PLACEMENT_MAP \
-      -n "$ranks" --mca btl self,tcp --mca btl_tcp_if_include lo "${wrap[@]}" "$bin/mpi_allreduce_bench" \
-      --transport tcp "${args[@]}" >"$tmp/out" 2>&1 || true
+      -n "$ranks" "${mpi_btl[@]}" "${wrap[@]}" "$bin/mpi_allreduce_bench" \
+      --transport "$mpi_transport" "${args[@]}" >"$tmp/out" 2>&1 || true
     echo "$round $m openmpi $(in_place_us <"$tmp/out" | grep . || echo nan)" >>"$tmp/rows"
     sed -n 's/^placement_watch: /Open MPI: /p' "$tmp/out" >>"$tmp/watch"
   done
   echo "round $round of $rounds done" >&2
 done
 
-python3 - "$tmp/rows" "$ranks" "$size" "${#cpus[@]}" <<'EOF'
+python3 - "$tmp/rows" "$ranks" "$size" "${#cpus[@]}" "$where" "$pdcoll_name" "$mpi_name" "$timing" <<'EOF'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 times = {}
 for _, m, lib, t in rows:
     if t != "nan":
         times.setdefault((m, lib), []).append(float(t))
-print(f"{sys.argv[2]} ranks on {sys.argv[4]} CPUs, {sys.argv[3]} all-reduce over TCP loopback: "
-      "in-place median us, median of rounds (lowest-highest)")
-print("| placement (CPU of rank 0, 1, ...) | pdcoll io_uring | Open MPI tcp | Open MPI / pdcoll |")
+print(f"{sys.argv[2]} ranks on {sys.argv[4]} CPUs, {sys.argv[3]} all-reduce over {sys.argv[5]}: "
+      f"in-place {sys.argv[8]} us, median of rounds (lowest-highest)")
+print(f"| placement (CPU of rank 0, 1, ...) | {sys.argv[6]} | {sys.argv[7]} | Open MPI / pdcoll |")
 print("|---|---:|---:|---:|")
 for m in dict.fromkeys(r[1] for r in rows):
     cell = {}

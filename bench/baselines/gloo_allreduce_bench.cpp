@@ -54,6 +54,7 @@ struct options {
   double factor = 2;
   int iters = 20, warmup = 5, check = 1;
   std::string timing = "median";
+  double settle = 0;  // seconds of untimed all-reduces before the first measurement
 };
 
 bool parse(int argc, char** argv, options& o) {
@@ -70,11 +71,12 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "--algo") o.algo = v;
     else if (a == "--store") o.store = v;
     else if (a == "--timing") o.timing = v;
+    else if (a == "--settle") o.settle = std::stod(v);
     else if (a == "--csv") o.csv = v;
     else if (a == "--json") o.json = v;
     else return false;
   }
-  return o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing) &&
+  return o.iters > 0 && o.warmup >= 0 && o.settle >= 0 && pdcoll::bench::known_timing(o.timing) &&
          (o.algo == "allreduce" || o.algo == "ring_chunked" || o.algo == "halving_doubling");
 }
 
@@ -100,10 +102,16 @@ std::shared_ptr<gloo::rendezvous::Context> connect(gloo::rendezvous::Store& file
   return context;
 }
 
-/// Warm-up, barrier, timed iterations, then (-c 1) one checked run.
+/// (--settle, the launch's first measurement only) the settling run, then
+/// warm-up, barrier, timed iterations, then (-c 1) one checked run.
 pdcoll::bench::measurement measure(std::vector<float>& in, std::vector<float>* out, const std::function<void()>& once,
                                    const std::function<void()>& barrier, const options& o, int rank, int world,
                                    const std::function<long long(long long)>& sum_over_ranks) {
+  static bool settled = false;
+  if (!settled) {
+    settled = true;
+    pdcoll::bench::settle(o.settle, once, [&](bool still) { return sum_over_ranks(still ? 1 : 0) > 0; });
+  }
   for (int i = 0; i < o.warmup; ++i) once();
   barrier();
   std::vector<double> samples;
@@ -142,7 +150,7 @@ int main(int argc, char** argv) try {
                                       o.factor);
   if (!ok || sizes.empty()) {
     std::fprintf(stderr, "usage: gloo_allreduce_bench [--algo allreduce|ring_chunked|halving_doubling] [-b min] "
-                         "[-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] [--store dir] [--csv f] [--json f]\n");
+                         "[-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] [--settle seconds] [--store dir] [--csv f] [--json f]\n");
     return 2;
   }
   const int rank = env_int({"PDCOLL_RANK", "OMPI_COMM_WORLD_RANK", "RANK"}, 0);

@@ -36,6 +36,7 @@ struct options {
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, root = 0;
   std::string timing = "median";
+  double settle = 0;  // seconds of untimed collectives before the first measurement
 };
 
 /// Parses nccl-tests' short options; false on a usage error.
@@ -53,6 +54,7 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "-r") o.root = std::stoi(v);
     else if (a == "--transport") o.transport = v;
     else if (a == "--timing") o.timing = v;
+    else if (a == "--settle") o.settle = std::stod(v);
     else if (a == "--collective") o.collective = v;
     else if (a == "--csv") o.csv = v;
     else if (a == "--json") o.json = v;
@@ -61,7 +63,7 @@ bool parse(int argc, char** argv, options& o) {
   const bool known = o.collective == "all_reduce" || o.collective == "reduce_scatter" || o.collective == "all_gather" ||
                      o.collective == "broadcast" || o.collective == "reduce" || o.collective == "all_to_all" ||
                      o.collective == "all_to_allv";
-  return known && o.root >= 0 && o.iters > 0 && o.warmup >= 0 && pdcoll::bench::known_timing(o.timing);
+  return known && o.root >= 0 && o.iters > 0 && o.warmup >= 0 && o.settle >= 0 && pdcoll::bench::known_timing(o.timing);
 }
 
 float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }
@@ -116,6 +118,15 @@ pdcoll::bench::measurement measure(std::size_t count, bool in_place, const optio
       else MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
   };
+  static bool settled = false;  // --settle: before the launch's first measurement only
+  if (!settled) {
+    settled = true;
+    pdcoll::bench::settle(o.settle, once, [](bool still) {
+      int any = still ? 1 : 0;
+      MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      return any != 0;
+    });
+  }
   for (int i = 0; i < o.warmup; ++i) once();
   MPI_Barrier(MPI_COMM_WORLD);
   std::vector<double> samples;
@@ -186,7 +197,7 @@ int main(int argc, char** argv) {
   }
   if (!ok || sizes.empty()) {
     if (rank == 0)
-      std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] "
+      std::fprintf(stderr, "usage: mpi_allreduce_bench [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [--timing median|mean] [--settle seconds] "
                            "[-r root] [--transport label] [--collective all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all|all_to_allv] "
                            "[--csv file] [--json file]\n");
     MPI_Finalize();

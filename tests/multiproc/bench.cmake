@@ -13,6 +13,7 @@ if(CLI11_FOUND)
   set(PDCOLL_BENCH_SMOKE
     "all_reduce_float_shm|3|--transport shm -b 8 -e 1M -f 32"
     "all_reduce_shareable_shm|3|--transport shm --domain host_shareable -b 8 -e 4M -f 8"
+    "all_reduce_settle_uring|3|--transport uring --settle 0.2 -b 8 -e 64K -f 64"
     "all_reduce_ring_int32_avg_tcp|2|--transport tcp --algo ring -d int32 -o avg -b 8 -e 256K -f 64"
     "reduce_scatter_bfloat16_uring_device|3|--transport uring --collective reduce_scatter -d bfloat16 --domain emulated_device -b 96 -e 96K -f 32"
     "broadcast_half_shm_root1|3|--transport shm --collective broadcast -d half -r 1 -b 8 -e 64K -f 64"
