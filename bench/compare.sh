@@ -52,8 +52,8 @@
 # --ceiling-seconds N (3, per iperf3 run; 0 skips the ceiling)
 # --latency-iters N (2000: the TCP latency rows' iterations and the floor's)
 # --shm-latency-iters N (200000: the shared-memory latency rows')
-# --settle SECONDS (1: every launch of the three libraries' benchmarks first
-# runs its first size untimed this long, so the table times the steady state
+# --settle SECONDS (1: every launch of the three libraries' benchmarks and of
+# the floor first runs its first size untimed this long, so the table times the steady state
 # rather than the scheduler still spreading a fresh launch's ranks over the
 # CPUs; design-notes item 54) --rounds N (1:
 # every library's runs repeated N times; within a round the libraries take
@@ -187,7 +187,7 @@ mkdir -p "$raw/floor"
 run_floor() {
   (($1 > 1)) || return 0
   run "tcp-latency-floor-n$1" tools/pdcoll-run -n "$1" --timeout "$timeout_s" "$bin/tcp_latency_floor" \
-    -b 8 -e 8 -n "$latency_iters" -w 200 --timing mean --csv "$raw/floor/round$round-$((n++)).csv"
+    -b 8 -e 8 -n "$latency_iters" -w 200 --timing mean --settle "$settle" --csv "$raw/floor/round$round-$((n++)).csv"
 }
 
 # One library's runs of one part (small, large, latency) for R ranks:

@@ -259,6 +259,7 @@ struct options {
   std::string min_bytes = "8", max_bytes = "8", timing = "mean", wait = "poll", csv, json, congestion;
   double factor = 2;
   int iters = 2000, warmup = 200;
+  double settle = 0;  // seconds of untimed all-reduces before the first size
   long poll_us = -1;
   long step_work_ns = 0;
 };
@@ -275,6 +276,9 @@ int main(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", o.warmup, "untimed iterations per size")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--settle", o.settle,
+                 "seconds of untimed all-reduces at the first size before measuring, as pdcoll-bench's")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   app.add_option("--timing", o.timing, "time column: median or mean of the iterations")
       ->capture_default_str()
       ->check(CLI::IsMember({"median", "mean"}));
@@ -334,6 +338,13 @@ int main(int argc, char** argv) {
         for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 7));
       };
       std::vector<float> data(row.count);
+      if (requested == sizes.front()) {
+        pdcoll::bench::settle(o.settle, [&] { fill(data); algorithm.run(data); }, [&](bool still) {
+          std::vector<std::uint32_t> flag{still ? 1u : 0u};
+          pdcoll::exec::sync_wait(pdcoll::all_reduce(job.comm(), flag, pdcoll::op::max));
+          return flag[0] != 0;
+        });
+      }
       for (int i = 0; i < o.warmup; ++i) {
         fill(data);
         algorithm.run(data);

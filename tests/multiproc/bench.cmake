@@ -34,8 +34,8 @@ if(CLI11_FOUND)
   endforeach()
   # The TCP latency floor (bench/tcp_latency_floor.cpp) on 3 ranks, so its
   # fold for a world that is not a power of two runs under the sanitizers
-  # too, with each wait and some per-step work; its sums are checked on
-  # every rank.
+  # too, with each wait, some per-step work and a settling run first; its
+  # sums are checked on every rank.
   if(NOT TARGET tcp_latency_floor)
     add_executable(tcp_latency_floor ${PROJECT_SOURCE_DIR}/bench/tcp_latency_floor.cpp)
     target_link_libraries(tcp_latency_floor PRIVATE pdcoll::pdcoll CLI11::CLI11)
@@ -44,7 +44,7 @@ if(CLI11_FOUND)
   foreach(wait IN ITEMS poll block spin)
     add_test(NAME multiproc.bench.tcp_latency_floor_${wait}
              COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:tcp_latency_floor> --wait ${wait}
-                     -b 4 -e 64K -f 16 -n 5 -w 1 --step-work-ns 200)
+                     -b 4 -e 64K -f 16 -n 5 -w 1 --step-work-ns 200 --settle 0.1)
     set_tests_properties(multiproc.bench.tcp_latency_floor_${wait} PROPERTIES LABELS "multiproc;bench" TIMEOUT 120
                          PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK")
   endforeach()
