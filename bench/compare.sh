@@ -88,7 +88,7 @@ while (($#)); do
     --latency-iters) latency_iters=$2; shift 2 ;;
     --shm-latency-iters) shm_latency_iters=$2; shift 2 ;;
     --settle) settle=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

@@ -5,8 +5,8 @@
 # lo), or over shared memory, pdcoll (libfabric shm) against Open MPI
 # (vader), each rank pinned by `taskset` to the CPU a map gives it, and
 # unbound, the two libraries taking turns map by map, and prints a table of
-# the in-place median time per map and library (the median over rounds),
-# with the rounds' range.
+# the in-place time (median or mean of the iterations: --timing) per map and
+# library (the median over rounds), with the rounds' range.
 #
 # With 4 ranks on 2 CPUs a launch left unbound mostly keeps one placement for
 # most of its life (--watch samples it; design-notes item 42: 95-98 % of the
@@ -28,7 +28,8 @@
 # column of the benchmarks; an 8-byte all-reduce over shared memory with more
 # ranks than CPUs wants the mean, as compare.sh's latency row: its iterations
 # either finish within a time slice or wait for a switch, and the median picks
-# one of the two) --ranks N (4) --size BYTES (4K) --iters N (3000) --rounds N (4)
+# one of the two) --settle SECONDS (0: untimed all-reduces before measuring,
+# passed to both benchmarks; compare.sh settles for 1) --ranks N (4) --size BYTES (4K) --iters N (3000) --rounds N (4)
 # --maps "M ..." (0011 0110 0101: digit k is the CPU of rank k, an index into
 # this process's allowed CPUs; "unbound" is always run too) --build DIR
 # (build-bench: pdcoll-bench and mpi_allreduce_bench built there) --watch
@@ -38,11 +39,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-transport=tcp timing=median ranks=4 size=4K iters=3000 rounds=4 maps="0011 0110 0101" build=build-bench watch=
+transport=tcp timing=median settle=0 ranks=4 size=4K iters=3000 rounds=4 maps="0011 0110 0101" build=build-bench watch=
 while (($#)); do
   case "$1" in
     --transport) transport=$2; shift 2 ;;
     --timing) timing=$2; shift 2 ;;
+    --settle) settle=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
@@ -62,6 +64,7 @@ case $transport in
        where="shared memory" pdcoll_name="pdcoll libfabric shm" mpi_name="Open MPI vader" ;;
   *) echo "placement.sh: --transport is tcp or shm, not $transport" >&2; exit 2 ;;
 esac
+[[ $timing == median || $timing == mean ]] || { echo "placement.sh: --timing is median or mean, not $timing" >&2; exit 2; }
 for p in pdcoll-bench mpi_allreduce_bench; do
   [ -x "$bin/$p" ] || { echo "placement.sh: $bin/$p is missing (scripts/install-deps.sh --bench, then build)" >&2; exit 1; }
 done
@@ -87,7 +90,7 @@ EOF
 chmod +x "$tmp/pin"
 
 source bench/common.sh
-args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 2)) -c 1 --timing "$timing")
+args=(-b "$size" -e "$size" -n "$iters" -w $((iters / 10 + 2)) -c 1 --timing "$timing" --settle "$settle")
 for round in $(seq "$rounds"); do
   for m in $maps unbound; do
     wrap=("$tmp/pin") watch_pdcoll=() watch_mpi=()

@@ -76,7 +76,7 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "--json") o.json = v;
     else return false;
   }
-  return o.iters > 0 && o.warmup >= 0 && o.settle >= 0 && pdcoll::bench::known_timing(o.timing) &&
+  return o.iters > 0 && o.warmup >= 0 && o.settle >= 0 && o.settle <= 3600 && pdcoll::bench::known_timing(o.timing) &&
          (o.algo == "allreduce" || o.algo == "ring_chunked" || o.algo == "halving_doubling");
 }
 

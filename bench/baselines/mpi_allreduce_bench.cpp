@@ -63,7 +63,7 @@ bool parse(int argc, char** argv, options& o) {
   const bool known = o.collective == "all_reduce" || o.collective == "reduce_scatter" || o.collective == "all_gather" ||
                      o.collective == "broadcast" || o.collective == "reduce" || o.collective == "all_to_all" ||
                      o.collective == "all_to_allv";
-  return known && o.root >= 0 && o.iters > 0 && o.warmup >= 0 && o.settle >= 0 && pdcoll::bench::known_timing(o.timing);
+  return known && o.root >= 0 && o.iters > 0 && o.warmup >= 0 && o.settle >= 0 && o.settle <= 3600 && pdcoll::bench::known_timing(o.timing);
 }
 
 float input(int rank, std::size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }
