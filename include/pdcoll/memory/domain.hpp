@@ -225,27 +225,21 @@ class first_fit_arena {
   void release(std::uint64_t address, std::size_t length) {
     auto next = free_.lower_bound(address);
     const bool joins_next = next != free_.end() && next->first == address + length;
-    if (next != free_.begin()) {
-      auto previous = std::prev(next);
-      if (previous->first + previous->second == address) {
-        previous->second += length;
-        if (joins_next) {
-          previous->second += next->second;
-          free_.erase(next);
-        }
-        in_use_ -= length;
-        return;
+    const auto previous = next == free_.begin() ? free_.end() : std::prev(next);
+    if (previous != free_.end() && previous->first + previous->second == address) {
+      previous->second += length;
+      if (joins_next) {
+        previous->second += next->second;
+        free_.erase(next);
       }
-    }
-    if (joins_next) {
+    } else if (joins_next) {
       auto node = free_.extract(next);
       node.key() = address;
       node.mapped() += length;
       free_.insert(std::move(node));
-      in_use_ -= length;
-      return;
+    } else {
+      free_.emplace(address, length);  // the one step that allocates
     }
-    free_.emplace(address, length);
     in_use_ -= length;
   }
   std::size_t capacity() const noexcept { return capacity_; }
