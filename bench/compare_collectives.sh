@@ -24,11 +24,15 @@
 # all_gather reduce_scatter" (all_to_allv too on request: all-to-all's equal
 # blocks through the v forms, beside MPI_Alltoallv) --algos "automatic" (pdcoll-bench --algo values
 # besides the message algorithm, which always runs) --rounds N (2)
+# --settle SECONDS (1: every launch runs its first size untimed that long
+# before measuring, as bench/compare.sh does, while the scheduler spreads a
+# fresh launch's ranks over the CPUs; design-notes item 54; 0: none, as the
+# committed bench/results/collectives.md was made)
 # --out FILE (bench/results/collectives.md) --build DIR (build-bench) --no-build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-min=4K max=64M factor=4 iters=40 warmup=5 ranks="2 4" rounds=2 build=build-bench do_build=1
+min=4K max=64M factor=4 iters=40 warmup=5 ranks="2 4" rounds=2 settle=1 build=build-bench do_build=1
 collectives="broadcast reduce all_to_all all_gather reduce_scatter" algos=automatic out=bench/results/collectives.md
 while (($#)); do
   case "$1" in
@@ -41,6 +45,7 @@ while (($#)); do
     --collectives) collectives=$2; shift 2 ;;
     --algos) algos=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --settle) settle=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
@@ -74,7 +79,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_ba
 raw=${out%.md}.txt
 mkdir -p "$(dirname "$out")"
 : >"$raw"
-sweep=(-b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c 1)
+sweep=(-b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c 1 --settle "$settle")
 cores=$(nproc)
 failed=0
 for ((round = 1; round <= rounds; ++round)); do
