@@ -53,6 +53,9 @@ while (($#)); do
   esac
 done
 
+[[ $settle =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v s="$settle" 'BEGIN { exit !(s <= 3600) }' ||
+  { echo "compare_collectives.sh: --settle is a number of seconds from 0 to 3600" >&2; exit 2; }
+
 if ((do_build)); then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPDCOLL_BUILD_TESTS=OFF -DPDCOLL_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$build" -j"$(nproc)" --target pdcoll-bench mpi_allreduce_bench >/dev/null
