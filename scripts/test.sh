@@ -25,7 +25,7 @@ echo "== Optimised build (the default preset, -O2): the in-process unit tests"
 # Users build optimised.
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$jobs" --target test_badinput test_bootstrap test_collectives test_exec \
-  test_fabric test_failure test_matrix test_memory test_model test_p2p test_peerdirect test_reduce \
+  test_fabric test_failure test_fastmath test_matrix test_memory test_model test_p2p test_peerdirect test_reduce \
   test_registration test_senders test_shmspace test_steady test_uring
 ctest --preset default -L unit -j "$jobs" --timeout 900 --repeat until-pass:3
 

@@ -63,10 +63,19 @@ auto as_view(B&& buffer) {
 template <class B>
 using view_t = decltype(as_view(std::declval<B>()));
 
-/// A buffer argument: a pdcoll::view or a contiguous range of a pdcoll element type.
+/// A buffer type, whatever the argument's lifetime: a pdcoll::view or a
+/// contiguous sized range (tells a buffer from an op in the overloads).
+template <class B>
+concept buffer_like = requires { typename view_of<std::remove_cvref_t<B>>::type; } ||
+                      (std::ranges::contiguous_range<B> && std::ranges::sized_range<B>);
+
+/// A buffer argument: a pdcoll::view, or a contiguous range of a pdcoll
+/// element type that outlives the call (an lvalue container or a borrowed
+/// range such as a span). A temporary container is refused: the sender
+/// would keep a pointer into it after the full expression destroyed it.
 template <class B>
 concept buffer_argument = requires { typename view_of<std::remove_cvref_t<B>>::type; } ||
-                          (std::ranges::contiguous_range<B> && std::ranges::sized_range<B>);
+                          (buffer_like<B> && (std::is_lvalue_reference_v<B> || std::ranges::borrowed_range<B>));
 
 template <class V>
 using element_of = typename V::value_type;
@@ -361,7 +370,7 @@ inline constexpr bool same_element = std::is_same_v<element_of<V>, element_of<W>
 /// Algorithm chosen at compile time (default algo::automatic).
 /// Cost: see the algorithm's header. Completes with set_value() or set_error(errc::…).
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
-  requires(!detail::buffer_argument<Op>)
+  requires(!detail::buffer_like<Op>)
 collective_sender all_reduce(communicator& comm, In&& in, Out&& out, Op = {}) {
   auto vin = detail::as_view(std::forward<In>(in));
   auto vout = detail::as_view(std::forward<Out>(out));
@@ -386,7 +395,7 @@ collective_sender all_reduce(communicator& comm, In&& in, Out&& out, Op = {}) {
 
 /// In-place all-reduce of `data`.
 template <class Algo = algo::automatic, detail::buffer_argument Data, class Op = op::sum_t>
-  requires(!detail::buffer_argument<Op>)
+  requires(!detail::buffer_like<Op>)
 collective_sender all_reduce(communicator& comm, Data&& data, Op op = {}) {
   auto v = detail::as_view(std::forward<Data>(data));
   return all_reduce<Algo>(comm, v, v, op);
@@ -458,7 +467,7 @@ collective_sender broadcast(communicator& comm, Data&& data, int root) {
 /// (through node memory, in rank order, where ranks share a host; the
 /// binomial tree otherwise), algo::shared_memory or algo::tree.
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
-  requires(!detail::buffer_argument<Op>)
+  requires(!detail::buffer_like<Op>)
 collective_sender reduce(communicator& comm, In&& in, Out&& out, Op, int root) {
   auto vin = detail::as_view(std::forward<In>(in));
   auto vout = detail::as_view(std::forward<Out>(out));
@@ -511,7 +520,7 @@ collective_sender all_gather(communicator& comm, In&& in, Out&& out) {
 /// the output; the ring otherwise), algo::node_direct, algo::shared_memory,
 /// algo::ring or algo::recursive_halving.
 template <class Algo = algo::automatic, detail::buffer_argument In, detail::buffer_argument Out, class Op = op::sum_t>
-  requires(!detail::buffer_argument<Op>)
+  requires(!detail::buffer_like<Op>)
 collective_sender reduce_scatter(communicator& comm, In&& in, Out&& out, Op = {}) {
   auto vin = detail::as_view(std::forward<In>(in));
   auto vout = detail::as_view(std::forward<Out>(out));

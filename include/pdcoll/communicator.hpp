@@ -617,6 +617,16 @@ class communicator final : private exec::progress_driver {
     if (notify_peers) send_abort_notices(reason, except);
     for (auto* op = active_; op; op = op->next_active) op->cancel_outstanding();
   }
+  /// Sends the abort notices now when an operation's start() aborted the
+  /// communicator (a stop before start, a failure inside start) outside a
+  /// drive() turn: an operation that completed inside start() leaves its
+  /// caller nothing to drive, and on transports that move data only while
+  /// driven (io_uring, libfabric tcp) the peers would learn of the abort only
+  /// at their deadline. As abort() does; nothing when no notice is pending.
+  /// Under the lock.
+  void flush_abort_notices_after_start() noexcept {
+    if (!driving_) flush_abort_notices();
+  }
 
  private:
   // Invalidations queued while the lock was busy (see invalidate_registrations). Under the lock.

@@ -224,8 +224,8 @@ class point_to_point_operation final : public point_to_point_op_base {
   }
   void complete_receiver() noexcept override {
     if (stopped_) exec::set_stopped(std::move(rcvr_));
-    else if (outcome_) exec::set_error(std::move(rcvr_), outcome_);
-    else if constexpr (Receive) exec::set_value(std::move(rcvr_), bytes_);
+    else if (outcome_) exec::set_error(std::move(rcvr_), std::move(outcome_));
+    else if constexpr (Receive) exec::set_value(std::move(rcvr_), std::move(bytes_));
     else exec::set_value(std::move(rcvr_));
   }
 

@@ -101,6 +101,25 @@ TEST_CASE("with_deadline completes with errc::timeout when the deadline stops th
   CHECK(stops == 1);
 }
 
+TEST_CASE("with_deadline runs with a receiver that takes exactly its declared completions") {
+  // just(42) | with_deadline declares no set_stopped, so a receiver without
+  // one must connect and run (the stored result had kept a stopped slot whose
+  // visit called set_stopped on it, and did not compile).
+  struct exact_receiver {
+    using receiver_concept = ex::receiver_t;
+    int* value;
+    std::error_code* error;
+    void set_value(int v) noexcept { *value = v; }
+    void set_error(std::error_code e) noexcept { *error = e; }
+  };
+  int value = 0;
+  std::error_code error;
+  auto op = ex::connect(ex::just(42) | ex::with_deadline(10s), exact_receiver{&value, &error});
+  ex::start(op);
+  CHECK(value == 42);
+  CHECK_FALSE(error);
+}
+
 TEST_CASE("with_deadline passes the child's own completion through when it beats the deadline") {
   auto [v] = *ex::sync_wait(ex::just(3) | ex::with_deadline(10s));
   CHECK(v == 3);

@@ -6,7 +6,9 @@
 
 #include <pdcoll/pdcoll.hpp>
 #include <unit/failure_endpoints.hpp>
+#include <unit/uring_support.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <system_error>
@@ -94,6 +96,70 @@ TEST_CASE("a collective stopped before it starts aborts too: its peer fails inst
   CHECK(run(pdcoll::all_reduce(peer, peers)).error == pdcoll::errc::aborted);
   CHECK(ms_since(peer_start) < 2000);
   CHECK(peers[0] != 110);
+}
+
+TEST_CASE("a when_all started stopped skips its collectives and aborts, so the peer does not pair with the next one") {
+  // when_all (ours as stdexec's) completes stopped without starting its
+  // children; the collectives it dropped abort as a stop before start does.
+  auto world = two_ranks(5000ms);
+  auto& stopped_rank = *world.comms[0];
+  auto& peer = *world.comms[1];
+  ex::inplace_stop_source source;
+  source.request_stop();
+  std::vector<int> first{1}, second{2}, next{100}, peers{10};
+  const ending mine =
+      run(ex::when_all(pdcoll::all_reduce(stopped_rank, first), pdcoll::all_reduce(stopped_rank, second)),
+          source.get_token());
+  CHECK(mine.stopped);
+  CHECK(stopped_rank.aborted());
+  CHECK(run(pdcoll::all_reduce(stopped_rank, next)).error == pdcoll::errc::aborted);
+  // Without the abort the peer's first all-reduce met rank 0's third and
+  // summed to 110, with no error anywhere.
+  CHECK(run(pdcoll::all_reduce(peer, peers)).error == pdcoll::errc::aborted);
+  CHECK(peers[0] != 110);
+}
+
+TEST_CASE("a collective dropped unstarted without a stop aborts nothing") {
+  auto world = two_ranks(5000ms);
+  auto& comm = *world.comms[0];
+  std::vector<int> data{1};
+  {
+    struct sink {
+      using receiver_concept = ex::receiver_t;
+      void set_value() noexcept {}
+      void set_error(std::error_code) noexcept {}
+      void set_stopped() noexcept {}
+    };
+    auto op = ex::connect(pdcoll::all_reduce(comm, data), sink{});
+  }
+  CHECK_FALSE(comm.aborted());
+}
+
+TEST_CASE("over io_uring, a collective stopped before it starts tells its peer at once, not at the peer's deadline") {
+  // The stopped collective completes inside start(), so sync_wait drives
+  // nothing afterwards and the rank does other work: the abort notices must
+  // leave before start() returns, as abort()'s do. Without that the peer
+  // ended with timeout at its deadline.
+  auto endpoints = uring_test::make_world(2);
+  pdcoll::communicator_options options;
+  options.timeout = 20s;
+  options.progress_thread = false;
+  pdcoll::communicator stopped_rank(std::move(endpoints[0]), options);
+  pdcoll::communicator peer(std::move(endpoints[1]), options);
+  std::atomic<bool> peer_done{false};
+  std::thread rank0([&] {
+    ex::inplace_stop_source source;
+    source.request_stop();
+    std::vector<int> skipped{1};
+    CHECK(run(pdcoll::all_reduce(stopped_rank, skipped), source.get_token()).stopped);
+    CHECK(stopped_rank.aborted());
+    while (!peer_done.load()) std::this_thread::sleep_for(1ms);  // busy elsewhere, never driving stopped_rank
+  });
+  std::vector<int> peers{10};
+  const ending theirs = run(pdcoll::all_reduce(peer, peers));
+  peer_done = true;
+  rank0.join();
+  CHECK(theirs.error == pdcoll::errc::aborted);
 }
 
 TEST_CASE("a stop requested while the collective waits for the communicator's lock survives another driver's turn") {

@@ -203,6 +203,28 @@ TEST_CASE("send and recv reject bad arguments before posting anything") {
   CHECK_FALSE(aborted);
 }
 
+TEST_CASE("completions arrive as rvalues, as the declared signatures say") {
+  // set_value_t(std::size_t) and set_error_t(std::error_code) promise
+  // rvalues: continuations that take them by && must run.
+  std::size_t bytes = 0;
+  std::error_code send_error, collective_error;
+  pdcoll::testing::run_inproc(2, [&](pdcoll::communicator& comm) {
+    std::vector<int> buf(16, comm.rank());
+    if (comm.rank() == 0) {
+      ex::sync_wait(pdcoll::send(comm, 1, buf));
+      ex::sync_wait(pdcoll::send(comm, 5, buf) | ex::upon_error([&](std::error_code&& e) noexcept { send_error = e; }));
+      std::vector<int> small(4);
+      ex::sync_wait(pdcoll::all_reduce(comm, buf, small) |
+                    ex::upon_error([&](std::error_code&& e) noexcept { collective_error = e; }));
+    } else {
+      ex::sync_wait(pdcoll::recv(comm, 0, buf) | ex::then([&](std::size_t&& n) noexcept { bytes = n; }));
+    }
+  });
+  CHECK(bytes == 16 * sizeof(int));
+  CHECK(send_error == errc::root_out_of_range);
+  CHECK(collective_error == errc::buffer_too_small);
+}
+
 TEST_CASE("a message longer than the receive buffer completes the receive with collective_mismatch") {
   std::error_code ec;
   int after = 0;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <system_error>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -49,6 +50,32 @@ static_assert(std::is_same_v<decltype(pdcoll::all_reduce(std::declval<pdcoll::co
                              pdcoll::collective_sender>);
 static_assert(std::is_same_v<decltype(pdcoll::barrier(std::declval<pdcoll::communicator&>())),
                              pdcoll::collective_sender>);
+
+// A buffer must outlive the sender: lvalue containers and borrowed ranges
+// are taken, a temporary container is refused (the sender would point into
+// storage the full expression destroys).
+template <class B>
+constexpr bool all_reduce_takes =
+    requires(pdcoll::communicator& c, B&& b) { pdcoll::all_reduce(c, std::forward<B>(b)); };
+template <class In, class Out>
+constexpr bool out_of_place_takes =
+    requires(pdcoll::communicator& c, In&& in, Out&& out) { pdcoll::all_gather(c, std::forward<In>(in), std::forward<Out>(out)); };
+template <class B>
+constexpr bool send_takes = requires(pdcoll::communicator& c, B&& b) { pdcoll::send(c, 0, std::forward<B>(b)); };
+static_assert(all_reduce_takes<std::vector<float>&>);
+static_assert(all_reduce_takes<std::span<float>>);
+static_assert(all_reduce_takes<pdcoll::view<float>>);
+static_assert(!all_reduce_takes<std::vector<float>>);
+static_assert(out_of_place_takes<const std::vector<float>&, std::span<float>>);
+static_assert(!out_of_place_takes<std::vector<float>, std::vector<float>&>);
+static_assert(!out_of_place_takes<const std::vector<float>&, std::vector<float>>);
+template <class In, class Out>
+constexpr bool all_reduce_into_takes =
+    requires(pdcoll::communicator& c, In&& in, Out&& out) { pdcoll::all_reduce(c, std::forward<In>(in), std::forward<Out>(out)); };
+static_assert(all_reduce_into_takes<const std::vector<float>&, std::vector<float>&>);
+static_assert(!all_reduce_into_takes<const std::vector<float>&, std::vector<float>>);  // not taken for an op either
+static_assert(send_takes<const std::vector<int>&>);
+static_assert(!send_takes<std::vector<int>>);
 
 // Per-operation deadlines keep the sender's type (and so its signatures).
 static_assert(std::is_same_v<decltype(std::declval<const pdcoll::recv_sender&>().with_timeout(

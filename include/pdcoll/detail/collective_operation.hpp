@@ -362,6 +362,7 @@ class collective_op_base : public collective_context, public operation_base {
     auto& comm = *comm_;
     communicator::completion_turn turn(comm);  // a collective that ends inside start() completes as it returns
     launch_locked();
+    comm.flush_abort_notices_after_start();
     comm.register_driver_if_pending();
   }
 
@@ -374,7 +375,21 @@ class collective_op_base : public collective_context, public operation_base {
     auto& comm = *comm_;
     communicator::completion_turn turn(comm);
     comm.abort_locked(make_error_code(errc::aborted), true);
+    comm.flush_abort_notices_after_start();
     deliver({}, true);
+  }
+
+  /// For an operation destroyed without being started although its
+  /// receiver's stop was requested: a when_all (ours or stdexec's) started
+  /// with a stop already requested completes stopped without starting its
+  /// children, and that skips this collective as surely as a stop before
+  /// start would. So it aborts the same way. An operation dropped unstarted
+  /// with no stop requested is the caller's choice and aborts nothing.
+  void abandon_stopped() noexcept {
+    auto& comm = *comm_;
+    communicator::completion_turn turn(comm);
+    comm.abort_locked(make_error_code(errc::aborted), true);
+    comm.flush_abort_notices_after_start();
   }
 
   /// Ends the operation with this outcome: its receiver gets it when the
@@ -1211,7 +1226,14 @@ class collective_operation final : public collective_op_base {
       std::is_nothrow_move_constructible_v<R>)
       : collective_op_base(comm, std::move(spec)), rcvr_(std::move(rcvr)) {}
 
+  /// Aborts the communicator when the operation was never started because
+  /// its stop was requested (see abandon_stopped).
+  ~collective_operation() {
+    if (!started_ && exec::get_stop_token(exec::get_env(rcvr_)).stop_requested()) abandon_stopped();
+  }
+
   void start() noexcept {
+    started_ = true;
     if (exec::get_stop_token(exec::get_env(rcvr_)).stop_requested()) return stop_before_start();
     stop_.watch(rcvr_, *comm_, *this);  // a stop from here on is honoured once launched
     launch();
@@ -1226,7 +1248,7 @@ class collective_operation final : public collective_op_base {
   }
   void complete_receiver() noexcept override {
     if (stopped_) exec::set_stopped(std::move(rcvr_));
-    else if (outcome_) exec::set_error(std::move(rcvr_), outcome_);
+    else if (outcome_) exec::set_error(std::move(rcvr_), std::move(outcome_));
     else exec::set_value(std::move(rcvr_));
   }
 
@@ -1234,6 +1256,7 @@ class collective_operation final : public collective_op_base {
   stop_link<R> stop_;
   std::error_code outcome_;
   bool stopped_ = false;
+  bool started_ = false;
 };
 
 }  // namespace pdcoll::detail

@@ -46,10 +46,12 @@ struct deadline_signatures<completion_signatures<Sigs...>> {
   using type = concat_signatures_t<typename decayed_signature<Sigs>::type...,
                                    completion_signatures<set_error_t(std::error_code)>,
                                    exception_signature_if<!nothrow>>;
+  // Only the child's completions, and an exception slot where storing one
+  // may throw: a stopped slot the child never uses would make complete()
+  // call set_stopped on a receiver that need not accept it.
+  using exception_slot = std::conditional_t<nothrow, type_list<>, type_list<std::tuple<set_error_t, std::exception_ptr>>>;
   using storage = storage_variant_t<unique_list_t<
-      type_list<typename stored_completion<Sigs>::type...,
-                std::conditional_t<nothrow, std::tuple<set_stopped_t>,
-                                   std::tuple<set_error_t, std::exception_ptr>>>>>;
+      typename join_type_lists<type_list<typename stored_completion<Sigs>::type...>, exception_slot>::type>>;
 };
 
 template <class CvChild, class Receiver>

@@ -77,10 +77,13 @@ constexpr float float16_bits_to_float(std::uint16_t h) noexcept {
 
 /// float → binary16, round to nearest even, overflow to ±Inf, gradual
 /// underflow to subnormals and ±0, NaN to the quiet NaN 0x7e00 with the sign
-/// kept. The float hardware does the rounding: scaling by 2^112 then 2^-110
-/// pushes values that overflow binary16 to Inf, and adding a power of two
-/// chosen from the input's exponent aligns the binary16 ulp with the float
-/// ulp so that the addition itself rounds to nearest even (Dukhan, FP16).
+/// kept. The float hardware does the rounding: adding a power of two chosen
+/// from the input's exponent aligns the binary16 ulp with the float ulp so
+/// that the addition itself rounds to nearest even (Dukhan, FP16). Overflow
+/// and NaN are decided on the bits, not by float arithmetic: a user's
+/// -ffast-math folds Dukhan's 2^112-then-2^-110 scaling (which made
+/// overflowing values Inf) into one ×4 and assumes no NaN, and this header
+/// is compiled with the user's flags.
 ///
 /// Returns the encoding in the low half of a 32-bit word: the kernels merge
 /// two of these into one word, and keeping the arithmetic 32-bit stops the
@@ -91,7 +94,10 @@ constexpr std::uint32_t float_to_float16_word(float f) noexcept {
   const std::uint32_t w = float_bits(f);
   const std::uint32_t sign = w & 0x80000000u;
   const std::uint32_t magnitude = w & 0x7fffffffu;
-  float base = (float_from_bits(magnitude) * 0x1.0p+112f) * 0x1.0p-110f;
+  // 65520 (0x477ff000) lies halfway between binary16's largest finite value
+  // 65504 and 2^16; the tie rounds to even, 2^16, which is Inf.
+  const bool overflows = static_cast<std::int32_t>(magnitude) >= 0x477ff000;
+  float base = float_from_bits(magnitude) * 0x1.0p+2f;
   const std::uint32_t exponent = w & 0x7f800000u;
   const bool below_normal = static_cast<std::int32_t>(exponent) < 0x38800000;  // < 2^-14: subnormal alignment
   const std::uint32_t bias = select_bits(below_normal, 0x38800000u, exponent);
@@ -101,7 +107,7 @@ constexpr std::uint32_t float_to_float16_word(float f) noexcept {
   const std::uint32_t mantissa_bits = bits & 0x00000fffu;
   const std::uint32_t nonsign = exp_bits + mantissa_bits;
   const bool is_nan = static_cast<std::int32_t>(magnitude) > 0x7f800000;
-  return (sign >> 16) | select_bits(is_nan, 0x7e00u, nonsign);
+  return (sign >> 16) | select_bits(is_nan, 0x7e00u, select_bits(overflows, 0x7c00u, nonsign));
 }
 
 /// float → binary16 encoding (see float_to_float16_word).

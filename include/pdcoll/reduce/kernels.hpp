@@ -72,7 +72,10 @@ inline void divide(T* __restrict data, std::size_t count, int world_size) noexce
   if constexpr (std::is_floating_point_v<T> || is_half_v<T>) {
     // Division rather than multiplication by 1/n: exact whenever the mean is
     // representable (1/3 is not), at a cost that does not matter next to
-    // the network. Blocked for the vectoriser like the combine loops.
+    // the network. Blocked for the vectoriser like the combine loops. A
+    // user's -ffast-math (its -freciprocal-math) lets the compiler multiply
+    // by 1/n all the same: the mean may then be an ulp off, alike on every
+    // rank of one build.
     using codec = element_codec<T, op::sum_t>;
     using C = typename codec::compute;
     const C n = static_cast<C>(world_size);

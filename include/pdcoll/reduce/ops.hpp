@@ -19,6 +19,7 @@
 //   has wrapped if it overflowed.
 #pragma once
 
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -184,19 +185,33 @@ constexpr C combine(op::prod_t, C a, C b) noexcept {
   else
     return a * b;
 }
+/// Whether `x` is a NaN, read from its bits: `x != x` and std::isnan fold
+/// to false under the -ffinite-math-only of a user's -ffast-math (this
+/// header is compiled with the user's flags), which would stop min and max
+/// from propagating NaN.
+template <class C>
+constexpr bool is_nan_bits(C x) noexcept {
+  if constexpr (std::is_same_v<C, float>) {
+    return (std::bit_cast<std::uint32_t>(x) & 0x7fffffffu) > 0x7f800000u;
+  } else if constexpr (std::is_same_v<C, double>) {
+    return (std::bit_cast<std::uint64_t>(x) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+  } else {
+    return x != x;
+  }
+}
 template <class C>
 constexpr C combine(op::min_t, C a, C b) noexcept {
   if constexpr (std::is_integral_v<C>)
     return b < a ? b : a;
   else
-    return ((a < b) | (a != a)) ? a : b;  // `|` not `||`: no branch. NaN a wins; NaN b falls through
+    return ((a < b) | is_nan_bits(a)) ? a : b;  // `|` not `||`: no branch. NaN a wins; NaN b falls through
 }
 template <class C>
 constexpr C combine(op::max_t, C a, C b) noexcept {
   if constexpr (std::is_integral_v<C>)
     return a < b ? b : a;
   else
-    return ((b < a) | (a != a)) ? a : b;
+    return ((b < a) | is_nan_bits(a)) ? a : b;
 }
 template <class C, class F>
   requires(!builtin_op<F>)
