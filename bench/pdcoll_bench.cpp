@@ -22,6 +22,7 @@
 #include <support/reference.hpp>
 
 #include <pdcoll/memory/emulated_device.hpp>
+#include <pdcoll/memory/track.hpp>
 #include <pdcoll/pdcoll.hpp>
 
 #include <CLI/CLI.hpp>
@@ -584,6 +585,7 @@ int main(int argc, char** argv) {
         // One arena for the run: the largest size's input and output, page-rounded.
         const std::size_t arena = 2 * sizes.back() + (std::size_t{4} << 20);
         memory::emulated_device device(arena);
+        auto tracking = pdcoll::track_frees(device, comm);  // its registrations cached, as a runtime would
         wrong = sweep<T, memory::emulated_device>(comm, opt, &device, sizes, report.get());
       } else {
         const host_choice choice{opt.domain == "host_shareable"};

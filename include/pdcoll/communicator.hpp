@@ -383,24 +383,75 @@ class communicator final : private exec::progress_driver {
     return did_work;
   }
 
-  /// Registers `region` for the duration of an operation (through the cache
-  /// unless options.cache_registrations is off). An empty lease when the
-  /// transport needs no registration for this memory. Under the lock.
+  /// Registers `region` for the duration of an operation. An empty lease
+  /// when the transport needs no registration for this memory. Through the
+  /// cache (unless options.cache_registrations is off) only where this
+  /// communicator hears of the memory's free before its address can be
+  /// reused (region.free_notice: its own host blocks, a domain it tracks
+  /// with track_frees). Other memory (a caller's vector, an untracked
+  /// domain) is registered for this operation alone: a cached registration
+  /// of it would outlive a free and a reallocation at the same address and
+  /// pin the old pages, and the NIC would move the wrong bytes. Under the lock.
   result<registration_lease> acquire_registration(const transport::memory_region& region) {
     if (!endpoint_->needs_registration(region.kind) || region.length == 0) return registration_lease{};
     drain_deferred_invalidations();
-    if (cache_) {
+    if (cache_ && hears_free_of(region)) {
       auto pinned = cache_->acquire(region);
       if (!pinned) return pinned.error();
       return registration_lease(std::move(*pinned));
     }
     transport::registration_handle handle;
     if (auto ec = endpoint_->register_region(region, handle)) return ec;
+    ++uncached_registrations_;
     return registration_lease(*endpoint_, handle);
+  }
+  /// Registrations made for one operation only, outside the cache (see
+  /// acquire_registration): memory whose free this communicator does not
+  /// hear of, or every registration when the cache is off.
+  std::uint64_t uncached_registrations() const {
+    std::lock_guard lock(mutex_);
+    return uncached_registrations_;
+  }
+  /// Counts `notice` (a memory domain's free_notice()) as announcing its
+  /// frees to this communicator, so that registrations of its memory may be
+  /// cached. memory/track.hpp's free_tracking calls it when it subscribes
+  /// the communicator to the domain's hooks; calls nest.
+  void hear_frees_from(const void* notice) {
+    if (notice == nullptr) return;
+    std::lock_guard lock(mutex_);
+    for (auto& [heard, count] : heard_notices_)
+      if (heard == notice) return void(++count);
+    heard_notices_.emplace_back(notice, 1);
+  }
+  /// Undoes one hear_frees_from. With the last one for `notice` the cache
+  /// drops every entry (entries are not kept by domain, and this domain's
+  /// frees will go unheard from now on); later operations register anew.
+  void stop_hearing_frees_from(const void* notice) {
+    if (notice == nullptr) return;
+    std::lock_guard lock(mutex_);
+    for (auto it = heard_notices_.begin(); it != heard_notices_.end(); ++it) {
+      if (it->first != notice) continue;
+      if (--it->second == 0) {
+        heard_notices_.erase(it);
+        drain_deferred_invalidations();
+        if (cache_) cache_->clear();
+      }
+      return;
+    }
   }
   /// A host block for a collective's scratch or staging buffers, from the
   /// communicator's pool (see detail/host_block_pool.hpp).
   detail::host_block take_host_block(std::size_t bytes) { return host_blocks_.take(bytes); }
+  /// The region of the first `length` bytes of `block`, one of this
+  /// communicator's host blocks: return_host_block announces its free, so
+  /// its registrations are cached.
+  transport::memory_region host_block_region(const detail::host_block& block, std::size_t length) const noexcept {
+    transport::memory_region region;
+    region.address = block.bytes.get();
+    region.length = length;
+    region.free_notice = this;
+    return region;
+  }
   /// Gives a block from take_host_block back; a block the pool lets go of
   /// loses its cached registrations before it is freed.
   void return_host_block(detail::host_block block) noexcept {
@@ -629,6 +680,15 @@ class communicator final : private exec::progress_driver {
   }
 
  private:
+  // Whether this communicator hears of `region`'s free (see acquire_registration). Under the lock.
+  bool hears_free_of(const transport::memory_region& region) const noexcept {
+    if (region.free_notice == this) return true;
+    if (region.free_notice == nullptr) return false;
+    for (const auto& heard : heard_notices_)
+      if (heard.first == region.free_notice) return true;
+    return false;
+  }
+
   // Invalidations queued while the lock was busy (see invalidate_registrations). Under the lock.
   void drain_deferred_invalidations() {
     if (!deferred_pending_.load(std::memory_order_acquire)) return;
@@ -849,6 +909,8 @@ class communicator final : private exec::progress_driver {
   std::mutex deferred_mutex_;
   std::vector<fabric_registration_cache::invalidation> deferred_invalidations_;
   std::atomic<bool> deferred_pending_{false};
+  std::vector<std::pair<const void*, int>> heard_notices_;  // free_notice → hear_frees_from calls outstanding
+  std::uint64_t uncached_registrations_ = 0;
   int rank_ = 0;
   std::string log_name_;  // how log lines name this rank (communicator_options::log_name)
   int world_size_ = 1;

@@ -147,9 +147,7 @@ class point_to_point_op_base : public operation_base {
       staging_ = comm_->take_host_block(b.region.length ? b.region.length : 1);
       if (!spec_.receive && b.region.length)
         b.domain.ops->to_host(b.domain.domain, b.device_address, staging_.bytes.get(), b.region.length);
-      region = {};
-      region.address = staging_.bytes.get();
-      region.length = b.region.length;
+      region = comm_->host_block_region(staging_, b.region.length);
     }
     auto lease = comm_->acquire_registration(region);
     if (!lease) return lease.error();

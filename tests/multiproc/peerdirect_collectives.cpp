@@ -207,6 +207,7 @@ TEST_CASE("device registrations go through the cache: a miss on first use, hits 
     return;
   }
   if (!comm.options().cache_registrations) return;
+  auto tracking = pdcoll::track_frees(the_device(), comm);  // only memory whose frees it hears of is cached
   auto buf = upload(std::vector<float>(1 << 16, 1.0f));
   const auto before = comm.registration_statistics();
   run(pdcoll::all_reduce<pdcoll::algo::recursive_doubling>(comm, buf.view(), pdcoll::op::sum));

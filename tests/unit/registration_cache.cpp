@@ -3,6 +3,7 @@
 
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/memory/emulated_device.hpp>
+#include <pdcoll/memory/track.hpp>
 #include <pdcoll/exec/sync_wait.hpp>
 #include <pdcoll/point_to_point.hpp>
 #include <pdcoll/registration/registration_cache.hpp>
@@ -720,6 +721,9 @@ TEST_CASE("a free that meets the communicator's lock busy still drops its buffer
   memory_region region = dmabuf_region(freed->fd, 0, 4096);
   char device_bytes[16];
   region.address = device_bytes;
+  const int domain_hooks = 0;  // stands for the domain's hooks, which announce its frees
+  region.free_notice = &domain_hooks;
+  comm.hear_frees_from(&domain_hooks);
   {
     std::lock_guard lock(comm.mutex());
     auto lease = comm.acquire_registration(region);
@@ -747,6 +751,7 @@ TEST_CASE("a free that meets the communicator's lock busy still drops its buffer
     std::lock_guard lock(comm.mutex());
     memory_region other = dmabuf_region(next.fd, 0, 4096);
     other.address = device_bytes;
+    other.free_notice = &domain_hooks;
     auto lease = comm.acquire_registration(other);  // drains the queue first
     REQUIRE(lease);
   }
@@ -777,9 +782,7 @@ TEST_CASE("a staged transfer's host buffer is the pool's, so its cached registra
   // A block the pool lets go of (larger than its bound) loses its
   // registrations before it is freed.
   auto big = comm.take_host_block(std::size_t{65} << 20);
-  memory_region region;
-  region.address = big.bytes.get();
-  region.length = 4096;
+  const memory_region region = comm.host_block_region(big, 4096);
   {
     std::lock_guard lock(comm.mutex());
     REQUIRE(comm.acquire_registration(region));
@@ -790,6 +793,68 @@ TEST_CASE("a staged transfer's host buffer is the pool's, so its cached registra
   CHECK(stats.live_entries == 1);
   CHECK(stats.invalidations == 1);
   CHECK(ep.registered - ep.deregistered == 1);
+}
+
+TEST_CASE("memory whose free the communicator does not hear of is registered per operation, never cached") {
+  // A caller's vector: freed and reallocated at the same address (large
+  // blocks are unmapped and mapped again), a cached registration would pin
+  // the old pages and the NIC would move the wrong bytes.
+  caching_communicator world{pdcoll::transport::data_path::host};
+  auto& comm = world.comm;
+  const counting_endpoint& ep = *world.ep;
+  std::vector<float> user(1024);
+  memory_region region;
+  region.address = user.data();
+  region.length = user.size() * sizeof(float);
+  for (int i = 0; i < 3; ++i) {
+    std::lock_guard lock(comm.mutex());
+    auto lease = comm.acquire_registration(region);
+    REQUIRE(lease);
+    CHECK(lease->descriptor() == user.data());
+  }
+  CHECK(ep.registered == 3);
+  CHECK(ep.deregistered == 3);  // each at its operation's end
+  CHECK(comm.uncached_registrations() == 3);
+  const auto stats = comm.registration_statistics();
+  CHECK(stats.misses == 0);
+  CHECK(stats.hits == 0);
+  CHECK(stats.live_entries == 0);
+}
+
+TEST_CASE("a tracked domain's memory is cached while the tracking lives, and dropped when it ends") {
+  caching_communicator world{pdcoll::transport::data_path::dmabuf};
+  auto& comm = world.comm;
+  const counting_endpoint& ep = *world.ep;
+  pdcoll::memory::emulated_device dev;
+  auto grads = dev.allocate<float>(1024);
+  const memory_region region = pdcoll::memory::detail::fabric_region(grads.view());
+  REQUIRE(region.free_notice == dev.free_notice());
+  auto acquire_twice = [&] {
+    for (int i = 0; i < 2; ++i) {
+      std::lock_guard lock(comm.mutex());
+      REQUIRE(comm.acquire_registration(region));
+    }
+  };
+  acquire_twice();  // untracked: the domain's frees would go unheard
+  CHECK(ep.registered == 2);
+  CHECK(comm.registration_statistics().live_entries == 0);
+  {
+    auto tracking = pdcoll::track_frees(dev, comm);
+    auto moved = std::move(tracking);  // the subscription moves with it
+    acquire_twice();
+    const auto stats = comm.registration_statistics();
+    CHECK(stats.misses == 1);
+    CHECK(stats.hits == 1);
+    CHECK(stats.live_entries == 1);
+    CHECK(ep.registered == 3);
+  }
+  // Tracking over: nothing of the domain's stays cached, and its memory is
+  // registered per operation again.
+  CHECK(comm.registration_statistics().live_entries == 0);
+  CHECK(ep.registered == ep.deregistered);
+  acquire_twice();
+  CHECK(ep.registered == 5);
+  CHECK(comm.uncached_registrations() == 4);
 }
 
 }  // TEST_SUITE

@@ -492,9 +492,7 @@ class collective_op_base : public collective_context, public operation_base {
       } else {
         pool_owner = &comm;
         host = comm.take_host_block(nbytes);
-        region = {};
-        region.address = host.bytes.get();
-        region.length = host.size;  // the whole block: the same region (and cache entry) on reuse
+        region = comm.host_block_region(host, host.size);  // the whole block: the same region (and cache entry) on reuse
       }
       auto got = comm.acquire_registration(region);
       if (!got) throw std::system_error(got.error());
@@ -988,10 +986,7 @@ class collective_op_base : public collective_context, public operation_base {
   }
 
   registration_lease host_lease(const host_block& b) {
-    transport::memory_region region;
-    region.address = b.bytes.get();
-    region.length = b.size;
-    auto got = comm_->acquire_registration(region);
+    auto got = comm_->acquire_registration(comm_->host_block_region(b, b.size));
     if (!got) throw std::system_error(got.error());
     return std::move(*got);
   }

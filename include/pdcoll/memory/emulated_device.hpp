@@ -202,6 +202,9 @@ class emulated_device {
   hook_id add_invalidation_hook(invalidation_hook hook) { return hooks_.add(std::move(hook)); }
   /// Unsubscribes; no call of the hook runs after this returns.
   void remove_invalidation_hook(hook_id id) { hooks_.remove(id); }
+  /// What this domain's regions carry as their free_notice: its hooks,
+  /// which announce every free (track_frees tells a communicator so).
+  const void* free_notice() const noexcept { return &hooks_; }
 
   /// True: the emulated device's "compute" is the CPU working on the
   /// domain's own mapping, in place, not a copy to host.
@@ -220,6 +223,7 @@ class emulated_device {
     region.address = mapping_ + address;
     region.length = length;
     region.kind = kind;
+    region.free_notice = &hooks_;
     region.dmabuf_fd = fd_;
     region.dmabuf_offset = address;
     region.hmem_iface = hmem_iface;

@@ -355,6 +355,9 @@ class gaudi {
   hook_id add_invalidation_hook(invalidation_hook hook) { return hooks_.add(std::move(hook)); }
   /// Unsubscribes; no call of the hook runs after this returns.
   void remove_invalidation_hook(hook_id id) { hooks_.remove(id); }
+  /// What this domain's regions carry as their free_notice: its hooks,
+  /// which announce every free (track_frees tells a communicator so).
+  const void* free_notice() const noexcept { return &hooks_; }
 
   /// False: pdcoll has no Gaudi reduction kernels, so reductions stage to host.
   bool reduces_on_device() const noexcept { return false; }
@@ -462,6 +465,7 @@ class gaudi {
     region.address = reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
     region.length = length;
     region.kind = kind;
+    region.free_notice = &hooks_;
     region.hmem_iface = hmem_iface;
     region.device_id = static_cast<std::uint64_t>(ordinal_);
     std::lock_guard lock(mutex_);

@@ -11,6 +11,12 @@
 // The domain calls the hook before a freed range can be reused; the hook
 // calls communicator::invalidate_registrations, which never blocks on the
 // communicator's lock (a busy lock queues the range until the next lookup).
+//
+// A communicator caches only registrations whose memory's free it hears of:
+// its own host blocks, and the memory of domains it tracks. Untracked device
+// memory, and host memory the caller owns (vectors, spans: no free of theirs
+// is announced), are registered for each operation on transports that
+// register them (FI_MR_LOCAL providers such as verbs and efa; DMA-BUF).
 #pragma once
 
 #include <pdcoll/communicator.hpp>
@@ -21,8 +27,10 @@
 namespace pdcoll {
 
 /// A subscription of a communicator to a domain's frees; unsubscribes when
-/// destroyed (after which no hook call is running). Move-only. Must not
-/// outlive the domain or the communicator.
+/// destroyed (after which no hook call is running). While it lives the
+/// communicator caches registrations of the domain's memory
+/// (communicator::hear_frees_from); when it ends they are dropped. Move-only.
+/// Must not outlive the domain or the communicator.
 template <memory::memory_domain Domain>
 class free_tracking : public memory::hook_subscription<Domain> {
  public:
@@ -30,11 +38,60 @@ class free_tracking : public memory::hook_subscription<Domain> {
   free_tracking(Domain& domain, communicator& comm)
       : memory::hook_subscription<Domain>(
             domain, domain.add_invalidation_hook(
-                        [c = &comm](const transport::memory_region& region) { c->invalidate_registrations(region); })) {}
+                        [c = &comm](const transport::memory_region& region) { c->invalidate_registrations(region); })),
+        comm_(&comm),
+        notice_(notice_of(domain)) {
+    comm.hear_frees_from(notice_);
+  }
+  /// Takes over `o`'s subscription.
+  free_tracking(free_tracking&& o) noexcept
+      : memory::hook_subscription<Domain>(std::move(o)), comm_(std::exchange(o.comm_, nullptr)), notice_(o.notice_) {}
+  /// Ends this subscription, then takes over `o`'s.
+  free_tracking& operator=(free_tracking&& o) noexcept {
+    if (this != &o) {
+      stop_hearing();
+      memory::hook_subscription<Domain>::operator=(std::move(o));
+      comm_ = std::exchange(o.comm_, nullptr);
+      notice_ = o.notice_;
+    }
+    return *this;
+  }
+  // The communicator stops caching this domain's memory before the hook goes,
+  // so no registration is cached while a free could go unheard.
+  ~free_tracking() { stop_hearing(); }
+  /// Ends the subscription now (idempotent): the communicator drops its
+  /// cached registrations, then the hook is removed.
+  void stop() noexcept {
+    stop_hearing();
+    memory::hook_subscription<Domain>::stop();
+  }
+
+ private:
+  static const void* notice_of(const Domain& domain) noexcept {
+    if constexpr (requires { domain.free_notice(); }) return domain.free_notice();
+    else return nullptr;  // the host domain: a host view's region names no notice, nothing of it is cached
+  }
+  void stop_hearing() noexcept {
+    if (auto* comm = std::exchange(comm_, nullptr)) {
+      try {
+        comm->stop_hearing_frees_from(notice_);
+      } catch (...) {
+        // std::bad_alloc while dropping entries: they stay until the cache
+        // is destroyed, and stay correct because the hook is still there
+        // until the base destructor; nothing else to do in a destructor.
+      }
+    }
+  }
+
+  communicator* comm_;
+  const void* notice_;
 };
 
 /// Subscribes `comm`'s registration cache to `domain`'s frees: every freed
-/// range is invalidated (in-use registrations go at their last release).
+/// range is invalidated (in-use registrations go at their last release), and
+/// so the communicator caches registrations of the domain's memory at all;
+/// untracked device memory is registered per operation on transports that
+/// register it.
 /// Keep the result alive as long as both are in use. Cost: one hook call per
 /// free. Throws std::bad_alloc only.
 template <memory::memory_domain Domain>

@@ -73,6 +73,12 @@ struct memory_region {
   std::uint64_t dmabuf_offset = 0;///< offset of `address` inside the DMA-BUF
   int hmem_iface = 0;             ///< libfabric's enum fi_hmem_iface value (0: FI_HMEM_SYSTEM)
   std::uint64_t device_id = 0;    ///< device ordinal for the hmem iface
+  /// Who announces this range's free before its address can be reused: the
+  /// invalidation hooks of the memory domain that allocated it, or the
+  /// communicator that owns the host block. Null for memory the caller owns
+  /// (a vector, a span), whose free nobody announces. A communicator caches
+  /// a registration only where it hears the announcement (track_frees).
+  const void* free_notice = nullptr;
 };
 
 /// How a completed (or failed, or cancelled) operation ended.
