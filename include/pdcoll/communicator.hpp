@@ -439,6 +439,32 @@ class communicator final : private exec::progress_driver {
       return;
     }
   }
+  /// Declares that host memory [address, address + length), which the
+  /// caller owns, stays allocated until forget_caller_buffer(id): its
+  /// registrations may then be cached (NCCL's ncclCommRegister). Returns the
+  /// id. memory/track.hpp's register_buffer is the RAII form.
+  std::uint64_t note_caller_buffer(const void* address, std::size_t length) {
+    std::lock_guard lock(mutex_);
+    const auto begin = reinterpret_cast<std::uintptr_t>(address);
+    caller_buffers_.push_back({begin, begin + length, ++last_caller_buffer_});
+    return last_caller_buffer_;
+  }
+  /// Ends note_caller_buffer(id): the cache drops every registration
+  /// overlapping that memory (pinned ones at their operation's end), so the
+  /// caller may free it. Unknown ids are ignored.
+  void forget_caller_buffer(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    for (auto it = caller_buffers_.begin(); it != caller_buffers_.end(); ++it) {
+      if (it->id != id) continue;
+      transport::memory_region region;
+      region.address = reinterpret_cast<void*>(it->begin);
+      region.length = it->end - it->begin;
+      caller_buffers_.erase(it);
+      drain_deferred_invalidations();
+      if (cache_ && region.length) (void)cache_->invalidate(region);
+      return;
+    }
+  }
   /// A host block for a collective's scratch or staging buffers, from the
   /// communicator's pool (see detail/host_block_pool.hpp).
   detail::host_block take_host_block(std::size_t bytes) { return host_blocks_.take(bytes); }
@@ -683,7 +709,13 @@ class communicator final : private exec::progress_driver {
   // Whether this communicator hears of `region`'s free (see acquire_registration). Under the lock.
   bool hears_free_of(const transport::memory_region& region) const noexcept {
     if (region.free_notice == this) return true;
-    if (region.free_notice == nullptr) return false;
+    if (region.free_notice == nullptr) {
+      if (region.kind != transport::memory_kind::host) return false;
+      const auto begin = reinterpret_cast<std::uintptr_t>(region.address);
+      for (const auto& buffer : caller_buffers_)
+        if (begin >= buffer.begin && begin < buffer.end && region.length <= buffer.end - begin) return true;
+      return false;
+    }
     for (const auto& heard : heard_notices_)
       if (heard.first == region.free_notice) return true;
     return false;
@@ -910,6 +942,12 @@ class communicator final : private exec::progress_driver {
   std::vector<fabric_registration_cache::invalidation> deferred_invalidations_;
   std::atomic<bool> deferred_pending_{false};
   std::vector<std::pair<const void*, int>> heard_notices_;  // free_notice → hear_frees_from calls outstanding
+  struct caller_buffer {
+    std::uintptr_t begin, end;
+    std::uint64_t id;
+  };
+  std::vector<caller_buffer> caller_buffers_;  // note_caller_buffer's, until forgotten
+  std::uint64_t last_caller_buffer_ = 0;
   std::uint64_t uncached_registrations_ = 0;
   int rank_ = 0;
   std::string log_name_;  // how log lines name this rank (communicator_options::log_name)

@@ -857,4 +857,45 @@ TEST_CASE("a tracked domain's memory is cached while the tracking lives, and dro
   CHECK(comm.uncached_registrations() == 4);
 }
 
+TEST_CASE("a caller's buffer declared with register_buffer is cached until its handle goes") {
+  caching_communicator world{pdcoll::transport::data_path::host};
+  auto& comm = world.comm;
+  const counting_endpoint& ep = *world.ep;
+  std::vector<float> grads(4096);
+  auto whole = [&](std::size_t first, std::size_t count) {
+    memory_region region;
+    region.address = grads.data() + first;
+    region.length = count * sizeof(float);
+    return region;
+  };
+  auto acquire = [&](const memory_region& region) {
+    std::lock_guard lock(comm.mutex());
+    REQUIRE(comm.acquire_registration(region));
+  };
+  {
+    auto pinned = pdcoll::register_buffer(comm, grads);
+    acquire(whole(0, 4096));
+    acquire(whole(0, 4096));
+    acquire(whole(100, 1000));  // inside the declared buffer: a hit
+    auto stats = comm.registration_statistics();
+    CHECK(stats.misses == 1);
+    CHECK(stats.hits == 2);
+    CHECK(ep.registered == 1);
+    // Reaching past the declared buffer: not this handle's to vouch for.
+    std::vector<float> other(16);
+    memory_region outside;
+    outside.address = other.data();
+    outside.length = other.size() * sizeof(float);
+    acquire(outside);
+    CHECK(comm.uncached_registrations() == 1);
+    auto moved = std::move(pinned);
+    CHECK(comm.registration_statistics().live_entries == 1);
+  }
+  // The handle is gone: the caller may free the buffer, nothing of it stays registered.
+  CHECK(comm.registration_statistics().live_entries == 0);
+  CHECK(ep.registered == ep.deregistered);
+  acquire(whole(0, 4096));
+  CHECK(comm.uncached_registrations() == 2);
+}
+
 }  // TEST_SUITE

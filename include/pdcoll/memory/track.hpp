@@ -17,11 +17,17 @@
 // memory, and host memory the caller owns (vectors, spans: no free of theirs
 // is announced), are registered for each operation on transports that
 // register them (FI_MR_LOCAL providers such as verbs and efa; DMA-BUF).
+// `pdcoll::register_buffer(comm, grads)` declares a caller's host buffer to
+// stay allocated while its handle lives, and so gives it the cache back.
 #pragma once
 
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/memory/domain.hpp>
 
+#include <cstddef>
+#include <cstdint>
+#include <ranges>
+#include <type_traits>
 #include <utility>
 
 namespace pdcoll {
@@ -97,6 +103,68 @@ class free_tracking : public memory::hook_subscription<Domain> {
 template <memory::memory_domain Domain>
 [[nodiscard]] free_tracking<Domain> track_frees(Domain& domain, communicator& comm) {
   return free_tracking<Domain>(domain, comm);
+}
+
+/// Host memory the caller owns, declared to stay allocated while this
+/// lives, so that the communicator caches its registrations (NCCL's
+/// ncclCommRegister / ncclCommDeregister). Without one, a caller's host
+/// buffers are registered per operation on providers that register host
+/// memory (verbs, efa): nobody announces their free. Destroy it (or call
+/// release()) before freeing the memory: that drops the cached
+/// registrations. Move-only; must not outlive the communicator.
+class registered_buffer {
+ public:
+  /// Declares [address, address + length) on `comm`.
+  registered_buffer(communicator& comm, const void* address, std::size_t length)
+      : comm_(&comm), id_(comm.note_caller_buffer(address, length)) {}
+  /// Takes over `o`'s declaration.
+  registered_buffer(registered_buffer&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)), id_(o.id_) {}
+  /// Ends this declaration, then takes over `o`'s.
+  registered_buffer& operator=(registered_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      comm_ = std::exchange(o.comm_, nullptr);
+      id_ = o.id_;
+    }
+    return *this;
+  }
+  registered_buffer(const registered_buffer&) = delete;
+  registered_buffer& operator=(const registered_buffer&) = delete;
+  ~registered_buffer() { release(); }
+
+  /// Ends the declaration now (idempotent): the cached registrations of the
+  /// memory go (in-use ones when their operation ends).
+  void release() noexcept {
+    if (auto* comm = std::exchange(comm_, nullptr)) {
+      try {
+        comm->forget_caller_buffer(id_);
+      } catch (...) {
+        // std::bad_alloc while dropping entries: nothing more a destructor can do.
+      }
+    }
+  }
+
+ private:
+  communicator* comm_;
+  std::uint64_t id_ = 0;
+};
+
+/// Declares `buffer` (a contiguous range of host memory the caller owns) to
+/// stay allocated while the result lives, so `comm` caches its
+/// registrations:
+///
+///     std::vector<float> grads(n);
+///     auto pinned = pdcoll::register_buffer(comm, grads);  // before the training loop
+///     for (...) pdcoll::exec::sync_wait(pdcoll::all_reduce(comm, grads));
+///
+/// Cost: a lock and a vector append; each registration-needing acquire then
+/// scans the declared buffers. Throws std::bad_alloc only.
+template <class Range>
+  requires std::ranges::contiguous_range<Range> && std::ranges::sized_range<Range> &&
+           std::is_lvalue_reference_v<Range>
+[[nodiscard]] registered_buffer register_buffer(communicator& comm, Range&& buffer) {
+  return registered_buffer(comm, std::ranges::data(buffer),
+                           std::ranges::size(buffer) * sizeof(std::ranges::range_value_t<Range>));
 }
 
 }  // namespace pdcoll
