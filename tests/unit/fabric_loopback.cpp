@@ -240,6 +240,71 @@ TEST_CASE("destroying an endpoint completes its outstanding receives as cancelle
   }
 }
 
+TEST_CASE("a receive outstanding at close() completes with operation_canceled, not a lost peer") {
+  for (const char* provider : providers) {
+    CAPTURE(provider);
+    auto ep = open_self(provider);
+    recorded_op recv;
+    char buffer[64];
+    REQUIRE_FALSE(ep->post_recv(0, buffer, sizeof buffer, 1, 0, nullptr, &recv));
+    ep->close();  // shm's close writes FI_ECANCELED entries; rxm's is abandoned
+    REQUIRE(drive_until(*ep, [&] { return recv.done(); }, soon()));
+    CHECK(recv.completions == 1);
+    CHECK(recv.result.error == std::errc::operation_canceled);
+  }
+}
+
+namespace {
+fabric::fabric_endpoint* cancelling_endpoint = nullptr;
+struct cancelling_op : pdcoll::transport::completion_context {
+  pdcoll::transport::completion_context* sibling = nullptr;
+  int completions = 0;
+  pdcoll::transport::completion result;
+};
+}  // namespace
+
+TEST_CASE("a queued receive cancelled from another queued operation's completion is never posted") {
+  // shm's receive queue holds 1024 receives: later ones wait in the
+  // endpoint's queue. A's cancel ends it from that queue, and its callback
+  // cancels B, queued behind it (a failed transfer's collective cancelling
+  // its siblings). B must end cancelled, not be posted and take a message.
+  auto ep = open_self("shm");
+  cancelling_endpoint = ep.get();
+  std::vector<recorded_op> fillers(1024);
+  std::vector<char> filler_bytes(fillers.size() * 8);
+  for (std::size_t i = 0; i < fillers.size(); ++i)
+    REQUIRE_FALSE(ep->post_recv(0, &filler_bytes[i * 8], 8, 1, 0, nullptr, &fillers[i]));
+  cancelling_op a;
+  recorded_op b;
+  char a_bytes[8], b_bytes[8] = {};
+  a.sibling = &b;
+  a.on_complete = [](pdcoll::transport::completion_context* self, const pdcoll::transport::completion& r) noexcept {
+    auto* op = static_cast<cancelling_op*>(self);
+    ++op->completions;
+    op->result = r;
+    cancelling_endpoint->cancel(op->sibling);
+  };
+  REQUIRE_FALSE(ep->post_recv(0, a_bytes, 8, 2, 0, nullptr, &a));
+  REQUIRE_FALSE(ep->post_recv(0, b_bytes, 8, 3, 0, nullptr, &b));
+  REQUIRE(ep->deferred_now() == 2);
+  ep->cancel(&a);
+  for (int i = 0; i < 10; ++i) ep->progress();
+  ep->cancel(&fillers[0]);  // room in the provider's queue for whatever is still queued
+  for (int i = 0; i < 10; ++i) ep->progress();
+  const char message[8] = "hello!!";
+  recorded_op send;
+  REQUIRE_FALSE(ep->post_send(0, message, sizeof message, 3, nullptr, &send));
+  REQUIRE(drive_until(*ep, [&] { return b.done(); }, soon()));
+  CHECK(a.result.error == std::errc::operation_canceled);
+  CHECK(b.completions == 1);
+  CHECK(b.result.error == std::errc::operation_canceled);
+  CHECK(b_bytes[0] == 0);
+  for (auto& f : fillers) ep->cancel(&f);
+  ep->close();
+  for (int i = 0; i < 10; ++i) ep->progress();
+  cancelling_endpoint = nullptr;
+}
+
 TEST_CASE("the shm copy probe's verdict: every rank's figures summed, the lowest rank's PDCOLL_NODE_BULK first") {
   using fabric::detail::bulk_through_slots;
   // Figures are "<kernel ns>/<two user copies ns>" per 256 KiB, in rank order.
