@@ -451,14 +451,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
       // avoids (seen here too, once in six runs, after the buffers were
       // freed). Parked, reachable, for the rest of the process.
       parked_fabric_objects().park({ep_, av_, cq_, domain_, fabric_, info_, std::move(live_registrations_)});
-      ep_ = nullptr;
-      av_ = nullptr;
-      cq_ = nullptr;
-      domain_ = nullptr;
-      fabric_ = nullptr;
-      info_ = nullptr;
-      wait_fd_ = -1;
       live_registrations_.clear();
+      forget_objects();
     }
     for (auto* mr : live_registrations_) detail::close_fid(&mr->fid);
     live_registrations_.clear();
@@ -1500,6 +1494,11 @@ class fabric_endpoint final : public endpoint, private node_memory {
     detail::close_fid(domain_ ? &domain_->fid : nullptr);
     detail::close_fid(fabric_ ? &fabric_->fid : nullptr);
     if (info_) ::fi_freeinfo(info_);
+    forget_objects();
+  }
+
+  // Drops the pointers to the fabric objects (closed or parked).
+  void forget_objects() noexcept {
     ep_ = nullptr;
     av_ = nullptr;
     cq_ = nullptr;
