@@ -168,6 +168,60 @@ TEST_CASE("zero-copy sends deliver intact data and complete only after the kerne
   }
 }
 
+TEST_CASE("a zero-copy send to a peer that stopped reading ends at close(), not never") {
+  // shutdown(2) keeps the send queue, and a live peer answers zero-window
+  // probes: the kernel held the pages, the notification never came and the
+  // destructor gave up with the callback uncalled.
+  uring::options opts{.bind_address = "127.0.0.1"};
+  opts.zero_copy_threshold = 1;
+  auto world = make_world(2, opts);
+  auto eps = raw(world);
+  const std::size_t size = std::size_t{32} << 20;  // more than both sockets' buffers hold
+  auto data = pattern(size, 1);
+  recorder send;
+  REQUIRE_FALSE(eps[0]->post_send(1, data.data(), size, 5, nullptr, &send));
+  drive({eps[0]}, [&] { return send.done(); }, std::chrono::milliseconds(300));  // rank 1 never reads
+  REQUIRE_FALSE(send.done());
+  eps[0]->close();
+  REQUIRE(drive({eps[0]}, [&] { return send.done(); }, std::chrono::seconds(20)));
+  CHECK(send.calls == 1);
+  CHECK(send.result->error);
+}
+
+TEST_CASE("a post from a callback the destructor runs is refused, not freed unrun") {
+  struct chained : completion_context {
+    endpoint* ep = nullptr;
+    recorder* next = nullptr;
+    std::error_code post_result;
+    char byte = 0;
+  };
+  auto world = make_world(2);
+  recorder second;
+  chained first;
+  first.ep = world[0].get();
+  first.next = &second;
+  first.on_complete = [](completion_context* self, const completion&) noexcept {
+    auto* c = static_cast<chained*>(self);
+    c->post_result = c->ep->post_recv(c->ep->rank(), &c->byte, 1, 77, 0, nullptr, c->next);
+  };
+  int x = 0;
+  REQUIRE_FALSE(world[0]->post_recv(1, &x, sizeof x, 1, 0, nullptr, &first));
+  world[0].reset();  // ends `first`, whose callback posts again
+  CHECK(first.post_result == errc::aborted);
+  CHECK(second.calls == 0);
+}
+
+TEST_CASE("a staging buffer over 1 GiB is refused: io_uring's receive lengths are 32-bit") {
+  uring::options opts{.bind_address = "127.0.0.1"};
+  opts.staging_bytes = std::size_t{4} << 30;  // was cut to 0: every receive read as the peer's orderly close
+  try {
+    auto world = make_world(1, opts);
+    FAIL("a 4 GiB staging buffer was accepted");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+  }
+}
+
 TEST_CASE("a large payload with its receive posted first lands in the user's buffer without staging") {
   bool multishot = true;
   SUBCASE("multishot recv") { multishot = true; }

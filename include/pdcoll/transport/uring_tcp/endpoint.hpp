@@ -151,6 +151,10 @@ class tcp_endpoint final : public transport::endpoint {
       detail::throw_pdcoll(errc::invalid_argument, "second mesh of " + std::to_string(second.size()) +
                                                        " sockets for " + std::to_string(world_size) + " ranks");
     }
+    // io_uring's recv length and the provided buffers' sizes are 32-bit.
+    if (opts.staging_bytes > options::max_staging_bytes)
+      detail::throw_pdcoll(errc::invalid_argument, "staging_bytes " + std::to_string(opts.staging_bytes) +
+                                                       " over " + std::to_string(options::max_staging_bytes));
     std::size_t staging = std::max<std::size_t>(opts.staging_bytes, 4096);
     in_place_threshold_ = staging / 4;
     peers_.reserve(static_cast<std::size_t>(world_size));
@@ -210,6 +214,7 @@ class tcp_endpoint final : public transport::endpoint {
   /// return every buffer. Operations still outstanding complete with
   /// errc::aborted, from inside the destructor.
   ~tcp_endpoint() override {
+    closed_ = true;  // a completion's callback that posts again gets errc::aborted, not a post freed unrun
     const std::error_code aborted = make_error_code(errc::aborted);
     while (auto* op = any_posted_.pop_front()) complete(op, {aborted, 0, op->tag, -1});
     for (auto& link : peers_) {
@@ -1149,6 +1154,9 @@ class tcp_endpoint final : public transport::endpoint {
       link.loss = error;
       // shutdown(2) makes the recv and any blocked send return promptly.
       link.shut_down();
+      // With zero copy a send ends only at its notification, which needs the
+      // kernel to let go of the queued bytes: a reset drops them.
+      if (zero_copy_threshold_ > 0) link.reset();
       --alive_;
       while (auto* op = link.posted.pop_front()) complete(op, {error, 0, op->tag, link.rank});
       if (alive_ == 0) {

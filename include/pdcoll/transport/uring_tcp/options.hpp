@@ -85,7 +85,10 @@ struct options {
   std::size_t zero_copy_threshold = 0;
   /// Per-peer receive staging buffer: headers and small payloads are read
   /// into it in batches; payloads that do not fit are received in place.
+  /// At most max_staging_bytes (make_endpoint refuses more).
   std::size_t staging_bytes = 64 * 1024;
+  /// The largest staging_bytes: io_uring's receive lengths are 32-bit.
+  static constexpr std::size_t max_staging_bytes = std::size_t{1} << 30;
   /// How long wait() polls the completion ring before it sleeps in the kernel
   /// (poll_policy.hpp).
   std::chrono::microseconds poll_before_sleep = default_poll_before_sleep();

@@ -167,6 +167,17 @@ struct alignas(64) peer_link {
     if (socket.valid()) ::shutdown(socket.get(), SHUT_RDWR);
     if (inbound.valid()) ::shutdown(inbound.get(), SHUT_RDWR);
   }
+  /// Drops what the kernel still queues to send to the peer: connect(2)
+  /// with AF_UNSPEC disconnects the socket (the peer gets a reset) and
+  /// empties its send queue, so zero-copy sends' notifications arrive.
+  /// shutdown(2) keeps the queue, and a live peer that stopped reading
+  /// answers zero-window probes, so TCP never gives up on it.
+  void reset() const noexcept {
+    sockaddr unspecified{};
+    unspecified.sa_family = AF_UNSPEC;
+    if (socket.valid()) ::connect(socket.get(), &unspecified, sizeof unspecified);
+    if (inbound.valid()) ::connect(inbound.get(), &unspecified, sizeof unspecified);
+  }
 };
 
 }  // namespace pdcoll::transport::uring_tcp::detail
