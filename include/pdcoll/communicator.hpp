@@ -319,7 +319,7 @@ class communicator final : private exec::progress_driver {
   void abort(std::error_code reason = make_error_code(errc::aborted)) {
     completion_turn turn(*this);
     abort_locked(reason, true);
-    if (!driving_) flush_abort_notices();  // inside a drive() turn (a lock held around it): flushed as that ends
+    flush_abort_notices_unless_driving();
   }
   /// True once an abort closed the endpoint's data path (see the file comment).
   bool data_path_closed() const {
@@ -694,14 +694,15 @@ class communicator final : private exec::progress_driver {
     if (notify_peers) send_abort_notices(reason, except);
     for (auto* op = active_; op; op = op->next_active) op->cancel_outstanding();
   }
-  /// Sends the abort notices now when an operation's start() aborted the
-  /// communicator (a stop before start, a failure inside start) outside a
-  /// drive() turn: an operation that completed inside start() leaves its
-  /// caller nothing to drive, and on transports that move data only while
-  /// driven (io_uring, libfabric tcp) the peers would learn of the abort only
-  /// at their deadline. As abort() does; nothing when no notice is pending.
-  /// Under the lock.
-  void flush_abort_notices_after_start() noexcept {
+  /// Sends the abort notices now, unless this thread is inside a drive()
+  /// turn (a lock held around it), which flushes them as it ends. abort()
+  /// and an operation's start() that aborted (a stop before start, a failure
+  /// inside start) call it: an operation that completed inside start()
+  /// leaves its caller nothing to drive, and on transports that move data
+  /// only while driven (io_uring, libfabric tcp) the peers would learn of the
+  /// abort only at their deadline. Nothing when no notice is pending. Under
+  /// the lock.
+  void flush_abort_notices_unless_driving() noexcept {
     if (!driving_) flush_abort_notices();
   }
 

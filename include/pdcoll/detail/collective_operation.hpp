@@ -362,7 +362,7 @@ class collective_op_base : public collective_context, public operation_base {
     auto& comm = *comm_;
     communicator::completion_turn turn(comm);  // a collective that ends inside start() completes as it returns
     launch_locked();
-    comm.flush_abort_notices_after_start();
+    comm.flush_abort_notices_unless_driving();
     comm.register_driver_if_pending();
   }
 
@@ -372,10 +372,8 @@ class collective_op_base : public collective_context, public operation_base {
   /// one (silently, where the two match). Like a stop during the collective
   /// (design-notes item 5), it aborts the communicator and ends stopped.
   void stop_before_start() noexcept {
-    auto& comm = *comm_;
-    communicator::completion_turn turn(comm);
-    comm.abort_locked(make_error_code(errc::aborted), true);
-    comm.flush_abort_notices_after_start();
+    communicator::completion_turn turn(*comm_);
+    abort_skipped_locked();
     deliver({}, true);
   }
 
@@ -386,10 +384,13 @@ class collective_op_base : public collective_context, public operation_base {
   /// start would. So it aborts the same way. An operation dropped unstarted
   /// with no stop requested is the caller's choice and aborts nothing.
   void abandon_stopped() noexcept {
-    auto& comm = *comm_;
-    communicator::completion_turn turn(comm);
-    comm.abort_locked(make_error_code(errc::aborted), true);
-    comm.flush_abort_notices_after_start();
+    communicator::completion_turn turn(*comm_);
+    abort_skipped_locked();
+  }
+  // Aborts for a collective this rank skips, and sends the notices at once.
+  void abort_skipped_locked() noexcept {
+    comm_->abort_locked(make_error_code(errc::aborted), true);
+    comm_->flush_abort_notices_unless_driving();
   }
 
   /// Ends the operation with this outcome: its receiver gets it when the

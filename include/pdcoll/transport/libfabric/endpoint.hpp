@@ -791,12 +791,9 @@ class fabric_endpoint final : public endpoint, private node_memory {
       split->descriptor = descriptor;
       split->peer = peer;
     }
-    auto ec = first_post(again, "fi_trecv", peer,
-                         [&] { return ::fi_trecv(ep_, into, first, descriptor, source, tag, ignore, ctx); });
-    if (ec == std::errc::not_enough_memory) {  // shm: its receive queue is full until receives complete
-      ec = {};
-      again = true;
-    }
+    auto ec = first_post(
+        again, "fi_trecv", peer, [&] { return ::fi_trecv(ep_, into, first, descriptor, source, tag, ignore, ctx); },
+        /*receive=*/true);
     if (ec || again) {
       delete split;
       return ec;
@@ -891,15 +888,22 @@ class fabric_endpoint final : public endpoint, private node_memory {
     return ended;
   }
 
-  /// One post attempt: -FI_EAGAIN sets `again` (not an error). `call` and
-  /// `peer` name it for the provider watchdog.
+  /// Whether a post's return means "no room now, try again": -FI_EAGAIN,
+  /// and for a receive also -FI_ENOMEM, shm's answer while its receive
+  /// queue is full until receives complete.
+  static bool no_room_yet(ssize_t rc, bool receive) noexcept {
+    return rc == -FI_EAGAIN || (receive && rc == -FI_ENOMEM);
+  }
+
+  /// One post attempt: no room (no_room_yet) sets `again` (not an error).
+  /// `call` and `peer` name it for the provider watchdog.
   template <class Post>
-  std::error_code first_post(bool& again, const char* call, int peer, Post&& post) noexcept {
+  std::error_code first_post(bool& again, const char* call, int peer, Post&& post, bool receive = false) noexcept {
     const ssize_t rc = [&] {
       const detail::provider_call in(watch_slot(), call, peer);
       return post();
     }();
-    again = rc == -FI_EAGAIN;
+    again = no_room_yet(rc, receive);
     return rc == 0 || again ? std::error_code{} : make_fabric_error(rc);
   }
 
@@ -1541,10 +1545,9 @@ class fabric_endpoint final : public endpoint, private node_memory {
     return sequences_[static_cast<std::size_t>(peer)]++ & mask;
   }
 
-  /// Posts through `post`, retrying -FI_EAGAIN while driving the CQ (entries
-  /// are stashed for progress(), which alone may call completions); for a
-  /// receive (`receive`) also -FI_ENOMEM, shm's answer when its receive
-  /// queue is full, as start_recv takes it.
+  /// Posts through `post`, retrying while there is no room (no_room_yet)
+  /// and driving the CQ meanwhile (entries are stashed for progress(), which
+  /// alone may call completions).
   /// Once a post timed out the endpoint is stalled: posts get
   /// options.stalled_post_timeout until an operation completes successfully,
   /// so that an abort's notices to every peer cost one post_timeout, not one
@@ -1558,7 +1561,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
         return post();
       }();
       if (rc == 0) return {};
-      if (rc != -FI_EAGAIN && !(receive && rc == -FI_ENOMEM)) return make_fabric_error(rc);
+      if (!no_room_yet(rc, receive)) return make_fabric_error(rc);
       const auto now = std::chrono::steady_clock::now();
       if (deadline == std::chrono::steady_clock::time_point{}) {
         deadline = now + (stalled_ ? opts_.stalled_post_timeout : opts_.post_timeout);
