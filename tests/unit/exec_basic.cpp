@@ -146,6 +146,29 @@ struct completing_sender {
   }
 };
 
+/// Starts detached work on the receiver's scheduler, then completes inline:
+/// the work is queued on sync_wait's loop although the loop is never needed
+/// for the completion itself.
+struct queueing_then_inline_sender {
+  using sender_concept = ex::sender_t;
+  using completion_signatures = ex::completion_signatures<set_value_t()>;
+  std::atomic<int>* ran;
+  template <class R>
+  struct op {
+    R rcvr;
+    std::atomic<int>* ran;
+    void start() noexcept {
+      ex::start_detached(ex::get_scheduler(ex::get_env(rcvr)).schedule() |
+                         ex::then([ran = ran]() noexcept { ran->fetch_add(1); }));
+      ex::set_value(std::move(rcvr));
+    }
+  };
+  template <class R>
+  op<R> connect(R r) const {
+    return {std::move(r), ran};
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("exec.basic") {
@@ -180,6 +203,17 @@ TEST_CASE("sync_wait returns however and wherever its sender completes") {
   CHECK(std::get<0>(*ex::sync_wait(completing_sender{completer::inline_call})) == me);
   CHECK(std::get<0>(*ex::sync_wait(completing_sender{completer::own_loop})) == me);
   CHECK_THROWS_AS(ex::sync_wait(ex::just_error(timeout_code)), std::system_error);
+}
+
+// A sender that completed inside start() may have queued work on the loop
+// on the way; sync_wait runs it before returning (as stdexec's does) rather
+// than dropping it with the loop.
+TEST_CASE("sync_wait runs work queued on its loop by a sender that completed inline") {
+  std::atomic<int> ran{0};
+  ex::sync_wait(queueing_then_inline_sender{&ran});
+  CHECK(ran.load() == 1);
+  ex::sync_wait(queueing_then_inline_sender{&ran} | ex::then([] {}));
+  CHECK(ran.load() == 2);
 }
 
 TEST_CASE("just completes with its values, just_error throws from sync_wait, just_stopped gives nothing") {

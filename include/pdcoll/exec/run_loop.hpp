@@ -270,8 +270,14 @@ class run_loop {
     if (tail_ != nullptr) tail_->next = task;
     else head_ = task;
     tail_ = task;
+    ever_queued_.store(true, std::memory_order_release);
     if (wake_) wake_->notify_one();
   }
+
+  /// True once any task has been queued. Lets a caller that completed its
+  /// work without entering run() (sync_wait's inline path) skip the lock
+  /// when nothing waits on the loop: one load.
+  bool ever_queued() const noexcept { return ever_queued_.load(std::memory_order_acquire); }
 
  private:
   detail::run_loop_task* pop_front() noexcept {
@@ -312,6 +318,7 @@ class run_loop {
   detail::run_loop_task* head_ = nullptr;
   detail::run_loop_task* tail_ = nullptr;
   bool finishing_ = false;
+  std::atomic<bool> ever_queued_{false};
   std::chrono::microseconds horizon_;
 };
 

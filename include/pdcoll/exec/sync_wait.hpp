@@ -124,7 +124,8 @@ using sync_wait_result_t = std::optional<
 /// rethrows `set_error(std::exception_ptr)`, throws any other error value.
 /// Cost: the operation state lives on this stack; no allocation. A sender
 /// that completes inside start() on this thread (a collective whose peers
-/// were there first) returns without entering the loop: no lock is taken.
+/// were there first) returns without entering the loop: no lock is taken,
+/// unless it queued work on the loop, which then runs before the return.
 ///
 ///     auto [sum] = sync_wait(just(1) | then([](int x) { return x + 1; })).value();
 template <class Sender>
@@ -136,6 +137,12 @@ sync_wait_result_t<Sender> sync_wait(Sender&& sndr, inplace_stop_token token = {
   exec::start(op);
   if (!state.completed_inline) {
     state.running = true;
+    state.loop.run();
+  } else if (state.loop.ever_queued()) {
+    // Completed inside start(), having queued work on the loop on the way
+    // (a continuation that started detached work on get_scheduler): run it
+    // before the loop goes, as stdexec's sync_wait does.
+    state.loop.finish();
     state.loop.run();
   }
   switch (state.result.index()) {
