@@ -190,6 +190,35 @@ TEST_CASE("freeing a shareable buffer empties its file, unless a collective mark
   }
 }
 
+// After fork() without exec, parent and child share the memfd and its
+// MAP_SHARED pages: the child's freeing its inherited copy (a snapshot
+// writer, a forked worker dropping what it inherited) must leave the
+// parent's live buffer whole.
+TEST_CASE("a forked child freeing its inherited copy of a shareable buffer leaves the parent's intact") {
+  auto buf = mem::host::allocate_shareable<float>(1 << 16);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf.data()[i] = 1.0f;
+  const std::size_t mapped = buf.mapped_bytes();
+  const int kept = ::dup(static_cast<int>(mem::find_shareable(buf.data(), 4)->fd));
+  REQUIRE(kept >= 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    buf.reset();
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  struct stat st {};
+  REQUIRE(::fstat(kept, &st) == 0);
+  ::close(kept);
+  // Checked on the file's size, not by reading: an emptied file's pages fault.
+  REQUIRE(static_cast<std::size_t>(st.st_size) == mapped);
+  double sum = 0;
+  for (std::size_t i = 0; i < buf.size(); ++i) sum += buf.data()[i];
+  CHECK(sum == static_cast<double>(buf.size()));
+}
+
 TEST_CASE("the peer-mapping cache evicts the least recently used unpinned mappings, never a pinned one") {
   const int count = static_cast<int>(mem::detail::peer_mappings::capacity) + 6;
   owner_process owner(count, 16);

@@ -68,6 +68,7 @@ struct shareable_segment {
   std::uint64_t device = 0;
   std::uint64_t inode = 0;
   std::size_t length = 0;
+  pid_t creator = 0;  ///< the process that made it: only it empties the file (a forked child shares it)
 };
 
 /// The process's shareable allocations by address (see the file comment).
@@ -158,16 +159,20 @@ inline std::pair<void*, shareable_segment> map_shareable(std::size_t bytes) {
     fail(std::error_code(e, std::system_category()), "pdcoll shareable allocation: fstat or mmap");
   }
   const shareable_segment segment{fd, static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
-                                  length};
+                                  length, ::getpid()};
   shareable_segments().add(base, segment);
   return {base, segment};
 }
 
 /// Forgets, empties (ftruncate to 0: the pages are freed even where peers
 /// still map the file, unless keep_pages marked it), closes and unmaps a
-/// segment from map_shareable.
+/// segment from map_shareable. Only the process that created it empties the
+/// file: a child forked without exec shares the file and the MAP_SHARED
+/// pages with its parent, and its freeing the copy it inherited must not
+/// take the parent's live buffer away (the parent's next read: SIGBUS).
 inline void unmap_shareable(void* base, const shareable_segment& segment) noexcept {
-  if (!shareable_segments().remove(base)) (void)::ftruncate(segment.fd, 0);
+  const bool keep_pages = shareable_segments().remove(base);
+  if (!keep_pages && segment.creator == ::getpid()) (void)::ftruncate(segment.fd, 0);
   ::close(segment.fd);
   ::munmap(base, segment.length);
 }

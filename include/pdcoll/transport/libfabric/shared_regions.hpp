@@ -2,7 +2,9 @@
 // behind the shm endpoint's node memory (transport/node_memory.hpp): one
 // region per rank, created by its owner under a fresh name, mapped by every
 // peer from the name it publishes at setup, and unlinked once every peer
-// had its chance to map it, so nothing is left in /dev/shm when a rank dies.
+// had its chance to map it, so nothing is left in /dev/shm when a rank dies
+// after setup (one killed during setup leaves its region, which the next
+// process to create one removes: shm_object.hpp).
 #pragma once
 
 #include <fcntl.h>
