@@ -35,6 +35,7 @@
 // An aborted communicator stays aborted; make a new one to continue.
 #pragma once
 
+#include <pdcoll/detail/closed_endpoint.hpp>
 #include <pdcoll/detail/collective_task.hpp>
 #include <pdcoll/detail/deadline.hpp>
 #include <pdcoll/detail/env.hpp>
@@ -220,6 +221,7 @@ class communicator final : private exec::progress_driver {
       : endpoint_(std::move(endpoint)), options_(options) {
     rank_ = endpoint_->rank();
     world_size_ = endpoint_->world_size();
+    stand_in_ = std::make_unique<detail::closed_endpoint>(rank_, world_size_);
     log_name_ = options_.log_name.empty() ? std::to_string(rank_) : options_.log_name;
     notices_.resize(static_cast<std::size_t>(world_size_));
     if (options_.cache_registrations) cache_.emplace(registrar_);
@@ -268,9 +270,12 @@ class communicator final : private exec::progress_driver {
     cache_.reset();  // deregisters before the endpoint closes
     // Transfers still outstanding end as the endpoint is destroyed: inside a
     // turn, so their operations end on a live communicator (its pool and
-    // lock) and their receivers run.
+    // lock) and their receivers run. What they do on the way (a collective
+    // cancelling its other batches) meets the closed stand-in, not an
+    // endpoint half destroyed (unique_ptr::reset clears the pointer first).
     completion_turn turn(*this);
-    endpoint_.reset();
+    std::unique_ptr<transport::endpoint> closing = std::exchange(endpoint_, std::move(stand_in_));
+    closing.reset();
   }
 
   /// This rank, in [0, world_size()).
@@ -934,6 +939,7 @@ class communicator final : private exec::progress_driver {
   }
 
   std::unique_ptr<transport::endpoint> endpoint_;
+  std::unique_ptr<transport::endpoint> stand_in_;  // endpoint_ while the destructor destroys the real one
   communicator_options options_;
   registration::endpoint_registrar registrar_{*endpoint_};
   detail::host_block_pool host_blocks_;  // before cache_: its blocks outlive their cached registrations

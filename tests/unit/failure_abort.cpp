@@ -283,44 +283,49 @@ TEST_CASE("a rank that receives an abort notice passes it on to every peer but t
   }
 }
 
+namespace {
+
+// A transport whose transfers ignore cancel and close and end only in its
+// destructor (a zero-copy send to a peer that vanished without a reset):
+// the communicator's drain gives up after a second, and the endpoint ends
+// the receive as the communicator destroys it.
+struct stubborn_endpoint final : pdcoll::transport::endpoint {
+  std::vector<pdcoll::transport::completion_context*> posted;
+  ~stubborn_endpoint() override {
+    for (auto* ctx : posted) ctx->on_complete(ctx, {std::make_error_code(std::errc::operation_canceled), 0, 0, 1});
+  }
+  int rank() const noexcept override { return 0; }
+  int world_size() const noexcept override { return 2; }
+  std::string name() const override { return "stubborn"; }
+  std::error_code post_send(int, const void*, std::size_t, std::uint64_t, void*,
+                            pdcoll::transport::completion_context* ctx) noexcept override {
+    posted.push_back(ctx);
+    return {};
+  }
+  std::error_code post_recv(int, void*, std::size_t, std::uint64_t, std::uint64_t, void*,
+                            pdcoll::transport::completion_context* ctx) noexcept override {
+    posted.push_back(ctx);
+    return {};
+  }
+  void cancel(pdcoll::transport::completion_context*) noexcept override {}
+  std::size_t progress() noexcept override { return 0; }
+  void wait(clock_type::time_point deadline) noexcept override {
+    std::this_thread::sleep_until(std::min(deadline, clock_type::now() + 1ms));
+  }
+  pdcoll::transport::data_path path_for(pdcoll::transport::memory_kind) const noexcept override {
+    return pdcoll::transport::data_path::host;
+  }
+  bool needs_registration(pdcoll::transport::memory_kind) const noexcept override { return false; }
+  std::error_code register_region(const pdcoll::transport::memory_region&,
+                                  pdcoll::transport::registration_handle&) noexcept override {
+    return {};
+  }
+  void deregister(pdcoll::transport::registration_handle&) noexcept override {}
+};
+
+}  // namespace
+
 TEST_CASE("a transfer that ends only as its endpoint is destroyed completes its receiver once, on a live communicator") {
-  // A transport whose transfers ignore cancel and close and end only in its
-  // destructor (a zero-copy send to a peer that vanished without a reset):
-  // the communicator's drain gives up after a second, and the endpoint ends
-  // the receive as the communicator destroys it.
-  struct stubborn_endpoint final : pdcoll::transport::endpoint {
-    std::vector<pdcoll::transport::completion_context*> posted;
-    ~stubborn_endpoint() override {
-      for (auto* ctx : posted) ctx->on_complete(ctx, {std::make_error_code(std::errc::operation_canceled), 0, 0, 1});
-    }
-    int rank() const noexcept override { return 0; }
-    int world_size() const noexcept override { return 2; }
-    std::string name() const override { return "stubborn"; }
-    std::error_code post_send(int, const void*, std::size_t, std::uint64_t, void*,
-                              pdcoll::transport::completion_context* ctx) noexcept override {
-      posted.push_back(ctx);
-      return {};
-    }
-    std::error_code post_recv(int, void*, std::size_t, std::uint64_t, std::uint64_t, void*,
-                              pdcoll::transport::completion_context* ctx) noexcept override {
-      posted.push_back(ctx);
-      return {};
-    }
-    void cancel(pdcoll::transport::completion_context*) noexcept override {}
-    std::size_t progress() noexcept override { return 0; }
-    void wait(clock_type::time_point deadline) noexcept override {
-      std::this_thread::sleep_until(std::min(deadline, clock_type::now() + 1ms));
-    }
-    pdcoll::transport::data_path path_for(pdcoll::transport::memory_kind) const noexcept override {
-      return pdcoll::transport::data_path::host;
-    }
-    bool needs_registration(pdcoll::transport::memory_kind) const noexcept override { return false; }
-    std::error_code register_region(const pdcoll::transport::memory_region&,
-                                    pdcoll::transport::registration_handle&) noexcept override {
-      return {};
-    }
-    void deregister(pdcoll::transport::registration_handle&) noexcept override {}
-  };
   auto options = short_timeout(60s);
   options.abort_grace = 50ms;
   auto comm = std::make_unique<pdcoll::communicator>(std::make_unique<stubborn_endpoint>(), options);
@@ -335,4 +340,27 @@ TEST_CASE("a transfer that ends only as its endpoint is destroyed completes its 
   CHECK(clock_type::now() - start < 3s);
   CHECK(rec.completions == 1);
   CHECK(rec.error == pdcoll::errc::aborted);
+}
+
+// The same with a collective of several transfers: as the endpoint ends the
+// first, the ring's coroutine cancels the others through the communicator,
+// whose endpoint is by then the closed stand-in (it was a null reference:
+// SIGSEGV). With and without the signature check, which posts too.
+TEST_CASE("a collective whose transfers end only as its endpoint is destroyed completes once with aborted") {
+  for (bool verify : {false, true}) {
+    CAPTURE(verify);
+    auto options = short_timeout(60s);
+    options.abort_grace = 50ms;
+    options.verify_collectives = verify;
+    auto comm = std::make_unique<pdcoll::communicator>(std::make_unique<stubborn_endpoint>(), options);
+    std::vector<float> data(4096, 1.0f);
+    pdcoll::exec::test::record rec;
+    auto op = pdcoll::exec::connect(pdcoll::all_reduce<pdcoll::algo::ring>(*comm, std::span<float>(data)),
+                                    pdcoll::exec::test::recording_receiver{&rec});
+    pdcoll::exec::start(op);
+    CHECK(rec.completions == 0);
+    comm.reset();
+    CHECK(rec.completions == 1);
+    CHECK(rec.error == pdcoll::errc::aborted);
+  }
 }
