@@ -14,11 +14,12 @@
 #include <pdcoll/bootstrap/launch_info.hpp>
 #include <pdcoll/bootstrap/split.hpp>
 #include <pdcoll/bootstrap/store.hpp>
+#include <pdcoll/collectives.hpp>
 #include <pdcoll/communicator.hpp>
 #include <pdcoll/detail/deadline.hpp>
 #include <pdcoll/detail/env.hpp>
 #include <pdcoll/detail/log.hpp>
-#include <pdcoll/exec/with_deadline.hpp>
+#include <pdcoll/exec/sync_wait.hpp>
 #include <pdcoll/group.hpp>
 #include <pdcoll/transport/libfabric/endpoint.hpp>
 #include <pdcoll/transport/uring_tcp/endpoint.hpp>
@@ -174,9 +175,17 @@ class group_maker final : public group_source, public std::enable_shared_from_th
     const std::array<std::int64_t, 4> contribution{mine.valid ? 1 : 0, mine.color, mine.key,
                                                    static_cast<std::int64_t>(mine.agreement)};
     std::vector<std::int64_t> all(contribution.size() * static_cast<std::size_t>(parent.world_size()));
-    exec::sync_wait(pdcoll::all_gather(parent.comm(), std::span<const std::int64_t>(contribution),
-                                       std::span<std::int64_t>(all)) |
-                    exec::with_deadline(detail::twice(timeout_)));
+    const std::string label = "split #" + std::to_string(number) + " of a group (job rank " + std::to_string(rank_) +
+                              " is its rank " + std::to_string(parent.rank()) + ")";
+    // The collective's own deadline is the one that counts: the parent's
+    // timeout would end it before any outer deadline of twice the job's.
+    try {
+      exec::sync_wait(pdcoll::all_gather(parent.comm(), std::span<const std::int64_t>(contribution),
+                                         std::span<std::int64_t>(all))
+                          .with_timeout(detail::twice(timeout_)));
+    } catch (const std::system_error& e) {
+      throw std::system_error(e.code(), label + ": the members' requests did not meet: " + e.what());
+    }
     // Every member is past the parent's split number - 1: free its rendezvous keys.
     if (parent.rank() == 0 && number > 0) store.erase_prefix(parent.split_prefix(number - 1));
     std::vector<bootstrap::split_request> requests(static_cast<std::size_t>(parent.world_size()));
@@ -184,8 +193,6 @@ class group_maker final : public group_source, public std::enable_shared_from_th
       const std::int64_t* r = &all[p * contribution.size()];
       requests[p] = {static_cast<int>(r[1]), static_cast<int>(r[2]), static_cast<std::uint64_t>(r[3]), r[0] == 1};
     }
-    const std::string label = "split #" + std::to_string(number) + " of a group (job rank " + std::to_string(rank_) +
-                              " is its rank " + std::to_string(parent.rank()) + ")";
     check_requests(requests, mine, refusal, label);
     std::vector<int> members = bootstrap::split_members(requests, parent.rank());
     if (members.empty()) return std::nullopt;
@@ -297,15 +304,18 @@ class job {
   job(job&&) noexcept = default;
   job& operator=(job&&) = delete;
 
-  /// Final barrier (unless aborted), then the communicator closes before the store.
+  /// Final barrier through the store, then the communicator closes before
+  /// the store. The barrier runs even when the job's communicator has
+  /// aborted: the store is apart from it, and the other ranks' groups and
+  /// splits may still need it (rank 0 serves it). A rank that is gone fails
+  /// it at once; one that is alive but never arrives costs the job's
+  /// timeout.
   ~job() {
     if (!comm_) return;
-    if (!comm_->aborted()) {
-      try {
-        store_->barrier();
-      } catch (const std::system_error& e) {
-        detail::log(detail::log_level::warn, comm_->rank(), std::string("final barrier failed: ") + e.what());
-      }
+    try {
+      store_->barrier();
+    } catch (const std::system_error& e) {
+      detail::log(detail::log_level::warn, comm_->rank(), std::string("final barrier failed: ") + e.what());
     }
     comm_.reset();
     groups_->detach();  // groups that outlive the job split no more

@@ -313,6 +313,28 @@ def test_sigterm_is_forwarded():
     check(seen == 2 and code == 7, f"SIGTERM reaches every rank (exit {code})")
 
 
+def test_a_signal_during_the_starts_ends_the_job():
+    # Ctrl-C while pdcoll-run is still starting ranks: the ranks started get
+    # it (those that trap it exit 0), no more are started, and the job ends
+    # at once with 130 instead of the late ranks running to their end.
+    n = 24
+    proc = subprocess.Popen([RUN, "-n", str(n), "sh", "-c",
+                             'trap "exit 0" INT; sleep 30 & wait; echo finished'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=launcher_env())
+    deadline = time.monotonic() + 10
+    while len(rank_pids(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    started_when_sent = len(rank_pids(proc.pid))
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    code = wait_or_end(proc, 20)
+    took = time.monotonic() - start
+    out = proc.stdout.read().decode(errors="replace") if code is not None else ""
+    check(code == 128 + signal.SIGINT and took < 15 and "finished" not in out,
+          f"SIGINT with {started_when_sent} of {n} ranks started ends the job at once "
+          f"(exit {code}, {took:.1f} s)")
+
+
 def test_bad_program_and_usage():
     proc, _ = run(["-n", "2", "/nonexistent/program"])
     check(proc.returncode == 127, "a program that cannot start gives 127", proc)

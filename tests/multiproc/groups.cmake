@@ -27,3 +27,14 @@ foreach(entry IN ITEMS "shm|libfabric|shm" "uring|uring|")
   set_tests_properties(multiproc.groups_outlive.${run_name}.n3 PROPERTIES
     ENVIRONMENT "${run_environment};PDCOLL_TIMEOUT_MS=30000" LABELS "multiproc;groups" TIMEOUT 120)
 endforeach()
+
+# A late member and a failed job communicator: 3 ranks over shm and io_uring,
+# a short deadline (the late member sleeps 1.3 of it).
+pdcoll_multiproc_executable(multiproc_groups_late groups_late.cpp)
+foreach(entry IN ITEMS "shm|libfabric|shm" "uring|uring|")
+  pdcoll_transport_entry("${entry}" run)
+  add_test(NAME multiproc.groups_late.${run_name}.n3
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_groups_late>)
+  set_tests_properties(multiproc.groups_late.${run_name}.n3 PROPERTIES
+    ENVIRONMENT "${run_environment};PDCOLL_TIMEOUT_MS=5000" LABELS "multiproc;groups" TIMEOUT 120)
+endforeach()

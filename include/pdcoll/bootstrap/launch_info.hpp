@@ -47,6 +47,7 @@
 // starts its daemons with srun, and the ranks inherit the daemons' step.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -55,12 +56,13 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "pdcoll/bootstrap/pmix.hpp"
 #include "pdcoll/bootstrap/wire.hpp"
 #include "pdcoll/error.hpp"
 
-extern char** environ;  // POSIX environ(7); declared by <unistd.h> only with _GNU_SOURCE
+extern "C" char** environ;  // POSIX environ(7); <unistd.h> declares it (C linkage) only with _GNU_SOURCE
 
 namespace pdcoll::bootstrap {
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <bit>
+#include <compare>
 #include <cstdint>
 #include <type_traits>
 
