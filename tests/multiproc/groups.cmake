@@ -18,23 +18,20 @@ foreach(entry IN LISTS PDCOLL_GROUPS_RUNS)
 endforeach()
 
 
-# A group that outlives its job: 3 ranks over shm and io_uring.
+# Two 3-rank programs over shm and io_uring, each under its own deadline: a
+# group that outlives its job (30 s), and a late member and a failed job
+# communicator (5 s: the late member sleeps 1.3 of it).
 pdcoll_multiproc_executable(multiproc_groups_outlive groups_outlive.cpp)
-foreach(entry IN ITEMS "shm|libfabric|shm" "uring|uring|")
-  pdcoll_transport_entry("${entry}" run)
-  add_test(NAME multiproc.groups_outlive.${run_name}.n3
-           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_groups_outlive>)
-  set_tests_properties(multiproc.groups_outlive.${run_name}.n3 PROPERTIES
-    ENVIRONMENT "${run_environment};PDCOLL_TIMEOUT_MS=30000" LABELS "multiproc;groups" TIMEOUT 120)
-endforeach()
-
-# A late member and a failed job communicator: 3 ranks over shm and io_uring,
-# a short deadline (the late member sleeps 1.3 of it).
 pdcoll_multiproc_executable(multiproc_groups_late groups_late.cpp)
 foreach(entry IN ITEMS "shm|libfabric|shm" "uring|uring|")
   pdcoll_transport_entry("${entry}" run)
-  add_test(NAME multiproc.groups_late.${run_name}.n3
-           COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_groups_late>)
-  set_tests_properties(multiproc.groups_late.${run_name}.n3 PROPERTIES
-    ENVIRONMENT "${run_environment};PDCOLL_TIMEOUT_MS=5000" LABELS "multiproc;groups" TIMEOUT 120)
+  foreach(program IN ITEMS "outlive|30000" "late|5000")
+    string(REPLACE "|" ";" parts "${program}")
+    list(GET parts 0 what)
+    list(GET parts 1 timeout_ms)
+    add_test(NAME multiproc.groups_${what}.${run_name}.n3
+             COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_groups_${what}>)
+    set_tests_properties(multiproc.groups_${what}.${run_name}.n3 PROPERTIES
+      ENVIRONMENT "${run_environment};PDCOLL_TIMEOUT_MS=${timeout_ms}" LABELS "multiproc;groups" TIMEOUT 120)
+  endforeach()
 endforeach()
