@@ -138,8 +138,9 @@ decltype(auto) with_op(const std::string& name, F&& f) {
 
 /// Element counts of one size for one collective.
 struct layout {
-  std::size_t count = 0;      // nccl-tests' count column: elements in `bytes`
+  std::size_t count = 0;      // elements in `bytes`
   std::size_t bytes = 0;      // nccl-tests' size column
+  std::size_t shown_count = 0;  // nccl-tests' count column (its paramcount): the per-rank block where there is one
   std::size_t in_count = 0;   // this rank's input elements
   std::size_t out_count = 0;  // this rank's output elements
   std::size_t block = 0;      // per-rank block (all_gather, reduce_scatter, all_to_all, all_to_allv)
@@ -172,6 +173,7 @@ class runner {
     if (c == "all_gather" || c == "reduce_scatter" || to_all) {
       l.count = l.count / P * P;  // nccl-tests rounds the total down to a multiple of the ranks
       l.block = l.count / P;
+      l.shown_count = l.block;
       l.in_count = c == "all_gather" ? l.block : l.count;
       l.out_count = c == "reduce_scatter" ? l.block : l.count;
       l.in_place = !to_all;  // pdcoll rejects overlapping input and output for all_to_all(v)
@@ -179,6 +181,7 @@ class runner {
       l.in_at = c == "all_gather" ? mine : 0;
       l.out_at = c == "reduce_scatter" ? mine : 0;
     } else {
+      l.shown_count = l.count;
       l.in_count = l.out_count = l.count;
       l.in_place = c != "sendrecv";
     }
@@ -191,7 +194,7 @@ class runner {
     const layout l = plan(bytes);
     pdcoll::bench::row r;
     r.bytes = l.bytes;
-    r.count = l.count;
+    r.count = l.shown_count;
     r.redop = reduces(opt_.collective) ? opt_.op : "none";
     r.root = rooted(opt_.collective) ? opt_.root : -1;
     r.out_of_place = measure(l, false, salt);
@@ -582,8 +585,12 @@ int main(int argc, char** argv) {
     with_type(opt.type, [&](auto t) {
       using T = decltype(t);
       if (opt.domain == "emulated_device") {
-        // One arena for the run: the largest size's input and output, page-rounded.
-        const std::size_t arena = 2 * sizes.back() + (std::size_t{4} << 20);
+        // One arena for the run: the largest size's input and output and
+        // the collectives' device scratch (a direct all-reduce takes a
+        // block per rank), twice over for the sweep's fragmentation. The
+        // memfd's pages come only when touched and go back when freed.
+        const std::size_t arena =
+            2 * (2 + static_cast<std::size_t>(comm.world_size())) * sizes.back() + (std::size_t{4} << 20);
         memory::emulated_device device(arena);
         auto tracking = pdcoll::track_frees(device, comm);  // its registrations cached, as a runtime would
         wrong = sweep<T, memory::emulated_device>(comm, opt, &device, sizes, report.get());

@@ -15,6 +15,7 @@ if(CLI11_FOUND)
     "all_reduce_shareable_shm|3|--transport shm --domain host_shareable -b 8 -e 4M -f 8"
     "all_reduce_settle_uring|3|--transport uring --settle 0.2 -b 8 -e 64K -f 64"
     "all_reduce_ring_int32_avg_tcp|2|--transport tcp --algo ring -d int32 -o avg -b 8 -e 256K -f 64"
+    "all_reduce_direct_device_shm|3|--transport shm --algo direct --domain emulated_device -b 1M -e 8M -f 2"
     "reduce_scatter_bfloat16_uring_device|3|--transport uring --collective reduce_scatter -d bfloat16 --domain emulated_device -b 96 -e 96K -f 32"
     "broadcast_half_shm_root1|3|--transport shm --collective broadcast -d half -r 1 -b 8 -e 64K -f 64"
     "reduce_prod_double_shm|3|--transport shm --collective reduce -d double -o prod -r 2 -b 8 -e 64K -f 64"

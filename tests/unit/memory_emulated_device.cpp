@@ -202,3 +202,22 @@ TEST_CASE("copy counters stay exact when several threads copy at once") {
 TEST_CASE("an emulated device with zero capacity is refused") {
   CHECK(error_of([] { mem::emulated_device dev(0); }) == pdcoll::errc::invalid_argument);
 }
+
+// The collectives' idle scratch (up to 256 MiB kept by the domain) must not
+// starve the caller's allocations: a full arena frees it and tries again.
+TEST_CASE("an allocation that finds the arena full of idle scratch frees the scratch and succeeds") {
+  constexpr std::size_t arena = std::size_t{8} << 20;
+  mem::emulated_device dev(arena);
+  dev.scratch().give(dev.allocate<std::byte>(std::size_t{1} << 20));
+  dev.scratch().give(dev.allocate<std::byte>(std::size_t{2} << 20));
+  REQUIRE(dev.scratch().held_bytes() == (std::size_t{3} << 20));
+  auto whole = dev.allocate<std::byte>(arena);
+  CHECK(whole.size() == arena);
+  CHECK(dev.scratch().held_bytes() == 0);
+  // Past the arena even with no scratch held: still not_enough_memory.
+  CHECK(error_of([&] { (void)dev.allocate<std::byte>(1); }) == std::errc::not_enough_memory);
+  whole.reset();
+  dev.scratch().give(dev.allocate<std::byte>(std::size_t{1} << 20));
+  CHECK(error_of([&] { (void)dev.allocate<std::byte>(arena + 1); }) == std::errc::not_enough_memory);
+  CHECK(dev.scratch().held_bytes() == 0);  // freed on the way, in vain
+}

@@ -109,32 +109,15 @@ class emulated_device {
   }
 
   /// Allocates `count` elements (page-aligned, zero-filled on first use).
-  /// count == 0 gives an empty buffer that reserves nothing.
+  /// count == 0 gives an empty buffer that reserves nothing. Where no free
+  /// chunk is large enough, the collectives' idle scratch is freed and the
+  /// allocation tried once more.
   /// Cost: a mutex and a walk of the free list (first fit).
   /// Errors: throws std::system_error: errc::count_overflow, or
   /// std::errc::not_enough_memory when no free chunk is large enough.
   template <class T>
   device_buffer<T, emulated_device> allocate(std::size_t count) {
-    std::size_t bytes = 0;
-    std::size_t reserved = 0;
-    if (!detail::checked_bytes<T>(count, bytes) || !detail::round_up(bytes, detail::page_size(), reserved))
-      detail::fail(errc::count_overflow, "emulated_device::allocate: " + std::to_string(count) + " elements");
-    if (count == 0) return device_buffer<T, emulated_device>(this, 0, 0);
-    std::lock_guard lock(mutex_);
-    std::uint64_t offset = 0;
-    if (arena_.allocate(reserved, offset)) {
-      try {
-        live_.emplace(offset, allocation{reserved, bytes});
-      } catch (...) {  // bad_alloc: the chunk goes back, or it would stay in use for good
-        arena_.release(offset, reserved);
-        throw;
-      }
-      return device_buffer<T, emulated_device>(this, offset, count);
-    }
-    detail::fail(std::make_error_code(std::errc::not_enough_memory),
-                 "emulated_device::allocate: no free chunk of " + std::to_string(reserved) + " bytes (" +
-                     std::to_string(capacity_ - arena_.in_use()) + " of " + std::to_string(capacity_) +
-                     " bytes free, fragmented)");
+    return allocate_or_reclaim(scratch_, [&] { return allocate_from_arena<T>(count); });
   }
 
   /// Copies the view's elements into the front of `dst` (device → host) and
@@ -211,6 +194,32 @@ class emulated_device {
   bool reduces_on_device() const noexcept { return true; }
 
  private:
+  // allocate() without the reclaiming of idle scratch.
+  template <class T>
+  device_buffer<T, emulated_device> allocate_from_arena(std::size_t count) {
+    std::size_t bytes = 0;
+    std::size_t reserved = 0;
+    if (!detail::checked_bytes<T>(count, bytes) || !detail::round_up(bytes, detail::page_size(), reserved))
+      detail::fail(errc::count_overflow, "emulated_device::allocate: " + std::to_string(count) + " elements");
+    if (count == 0) return device_buffer<T, emulated_device>(this, 0, 0);
+    std::lock_guard lock(mutex_);
+    std::uint64_t offset = 0;
+    if (arena_.allocate(reserved, offset)) {
+      try {
+        live_.emplace(offset, allocation{reserved, bytes});
+      } catch (...) {  // bad_alloc: the chunk goes back, or it would stay in use for good
+        arena_.release(offset, reserved);
+        throw;
+      }
+      return device_buffer<T, emulated_device>(this, offset, count);
+    }
+    const std::size_t free_bytes = capacity_ - arena_.in_use();
+    detail::fail(std::make_error_code(std::errc::not_enough_memory),
+                 "emulated_device::allocate: no free chunk of " + std::to_string(reserved) + " bytes (" +
+                     std::to_string(free_bytes) + " of " + std::to_string(capacity_) + " bytes free" +
+                     (free_bytes >= reserved ? ", fragmented)" : ")"));
+  }
+
   friend struct detail::domain_access;
 
   struct allocation {

@@ -255,44 +255,16 @@ class gaudi {
 
   /// Allocates `count` elements of device memory, maps it and exports it as
   /// a DMA-BUF (Gaudi2+: three ioctls; Gaudi1: one, see the file comment).
-  /// count == 0 gives an empty buffer without a driver call.
+  /// count == 0 gives an empty buffer without a driver call. Where the
+  /// device is full, the collectives' idle scratch is freed and the
+  /// allocation tried once more.
   /// Errors: throws std::system_error: errc::count_overflow; the failing
   /// ioctl's errno (ENOMEM when the device is full, EPERM when DMA-BUF export
   /// is not permitted, …), after undoing the steps that succeeded;
   /// std::errc::not_enough_memory when Gaudi1's DRAM has no free chunk.
   template <class T>
   device_buffer<T, gaudi> allocate(std::size_t count) {
-    std::size_t bytes = 0;
-    std::size_t reserved = 0;
-    if (!detail::checked_bytes<T>(count, bytes) || !detail::round_up(bytes, allocation_granule_, reserved))
-      detail::fail(errc::count_overflow, "gaudi::allocate: " + std::to_string(count) + " elements");
-    if (count == 0) return device_buffer<T, gaudi>(this, 0, 0);
-    allocation record{};
-    record.reserved = reserved;
-    record.bytes = bytes;
-    if (generation_ == generation::gaudi1) {
-      std::lock_guard lock(mutex_);
-      if (!dram_.allocate(reserved, record.address))
-        detail::fail(std::make_error_code(std::errc::not_enough_memory),
-                     "gaudi::allocate: no free DRAM chunk of " + std::to_string(reserved) + " bytes");
-    } else {
-      record.handle = memory_op_alloc(reserved);
-      try {
-        record.address = memory_op_map(record.handle);
-      } catch (...) {
-        memory_op_free(record.handle);
-        throw;
-      }
-    }
-    try {
-      record.dmabuf_fd = memory_op_export(record);
-      std::lock_guard lock(mutex_);
-      live_.emplace(record.address, record);  // may throw bad_alloc: undone like a failed export
-    } catch (...) {
-      undo(record);
-      throw;
-    }
-    return device_buffer<T, gaudi>(this, record.address, count);
+    return allocate_or_reclaim(scratch_, [&] { return allocate_on_device<T>(count); });
   }
 
   /// Copies the view into the front of `dst` through an mmap of the
@@ -363,6 +335,42 @@ class gaudi {
   bool reduces_on_device() const noexcept { return false; }
 
  private:
+  // allocate() without the reclaiming of idle scratch.
+  template <class T>
+  device_buffer<T, gaudi> allocate_on_device(std::size_t count) {
+    std::size_t bytes = 0;
+    std::size_t reserved = 0;
+    if (!detail::checked_bytes<T>(count, bytes) || !detail::round_up(bytes, allocation_granule_, reserved))
+      detail::fail(errc::count_overflow, "gaudi::allocate: " + std::to_string(count) + " elements");
+    if (count == 0) return device_buffer<T, gaudi>(this, 0, 0);
+    allocation record{};
+    record.reserved = reserved;
+    record.bytes = bytes;
+    if (generation_ == generation::gaudi1) {
+      std::lock_guard lock(mutex_);
+      if (!dram_.allocate(reserved, record.address))
+        detail::fail(std::make_error_code(std::errc::not_enough_memory),
+                     "gaudi::allocate: no free DRAM chunk of " + std::to_string(reserved) + " bytes");
+    } else {
+      record.handle = memory_op_alloc(reserved);
+      try {
+        record.address = memory_op_map(record.handle);
+      } catch (...) {
+        memory_op_free(record.handle);
+        throw;
+      }
+    }
+    try {
+      record.dmabuf_fd = memory_op_export(record);
+      std::lock_guard lock(mutex_);
+      live_.emplace(record.address, record);  // may throw bad_alloc: undone like a failed export
+    } catch (...) {
+      undo(record);
+      throw;
+    }
+    return device_buffer<T, gaudi>(this, record.address, count);
+  }
+
   friend struct detail::domain_access;
 
   struct allocation {

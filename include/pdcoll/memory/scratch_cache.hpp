@@ -14,6 +14,8 @@
 #include <pdcoll/memory/device_buffer.hpp>
 
 #include <cstddef>
+#include <system_error>
+#include <utility>
 
 namespace pdcoll::memory {
 
@@ -58,5 +60,21 @@ class scratch_cache {
   };
   pdcoll::detail::idle_blocks<block, size_of> idle_{max_bytes, max_blocks};
 };
+
+/// Calls `allocate()`; where that fails for want of memory
+/// (std::errc::not_enough_memory) while `cache` holds idle blocks, frees
+/// them and calls it once more. A domain's allocate goes through it: the
+/// idle scratch (up to scratch_cache::max_bytes) must not starve the
+/// caller's own buffers, nor a collective's larger scratch.
+template <class Domain, class Allocate>
+auto allocate_or_reclaim(scratch_cache<Domain>& cache, Allocate&& allocate) -> decltype(allocate()) {
+  try {
+    return allocate();
+  } catch (const std::system_error& e) {
+    if (e.code() != std::errc::not_enough_memory || cache.held_bytes() == 0) throw;
+  }
+  cache.clear();
+  return allocate();
+}
 
 }  // namespace pdcoll::memory
