@@ -486,15 +486,24 @@ class communicator final : private exec::progress_driver {
   /// Gives a block from take_host_block back; a block the pool lets go of
   /// loses its cached registrations before it is freed.
   void return_host_block(detail::host_block block) noexcept {
+    auto region_of = [](const detail::host_block& b) {
+      transport::memory_region region;
+      region.address = b.bytes.get();
+      region.length = b.size;
+      return region;
+    };
+    const transport::memory_region returned = region_of(block);
     try {
-      for (auto& dropped : host_blocks_.give(std::move(block))) {
-        transport::memory_region region;
-        region.address = dropped.bytes.get();
-        region.length = dropped.size;
-        invalidate_registrations(region);
-      }
+      for (auto& dropped : host_blocks_.give(std::move(block))) invalidate_registrations(region_of(dropped));
     } catch (...) {
-      // Out of memory while pooling: the block is freed; nothing else to do.
+      // Out of memory while pooling (before any idle block was let go of):
+      // the block was freed on the way, and its registrations go too, or
+      // the next block at its address would find them cached.
+      try {
+        if (returned.address != nullptr) invalidate_registrations(returned);
+      } catch (...) {
+        // Out of memory again, queueing the invalidation (another thread holds the lock).
+      }
     }
   }
   /// Idle bytes the host block pool holds.
