@@ -1,6 +1,7 @@
 // Rank discovery from launcher environments (bootstrap/launch_info.hpp).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -307,6 +308,41 @@ TEST_CASE("a launcher reporting another world size is an outer one: mpirun or Hy
   CHECK(contains(error_of({{"PDCOLL_RANK", "1"}, {"PDCOLL_WORLD_SIZE", "2"}, {"RANK", "5"}, {"WORLD_SIZE", "8"},
                            {"PDCOLL_ROOT", "h:1"}}),
                  "PDCOLL_WORLD_SIZE=2 but WORLD_SIZE=8"));
+}
+
+// mpirun -np 4 --npernode 1 torchrun --nproc-per-node 1 (or Hydra, or srun
+// --mpi=pmi2): the same world size in both, but torchrun's c10d rendezvous
+// numbers the nodes by name, not in the outer launcher's order.
+TEST_CASE("a torchrun worker under an outer launcher of the same world size keeps torchrun's rank") {
+  for (const char* outer_rank : {"OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    CAPTURE(outer_rank);
+    const std::string outer_size = std::string(outer_rank) == "PMI_RANK" ? "PMI_SIZE" : "OMPI_COMM_WORLD_SIZE";
+    const auto info = pdcoll::bootstrap::from_environment(
+        {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", "m"},
+         {"MASTER_PORT", "1"}, {"TORCHELASTIC_RUN_ID", "job7"}, {outer_rank, "2"}, {outer_size, "4"}});
+    CHECK(info.launcher == "torchrun");
+    CHECK(info.rank == 1);
+    CHECK(info.world_size == 4);
+  }
+}
+
+TEST_CASE("numbers out of range say so; PDCOLL_TIMEOUT_MS reaches milliseconds::max(); bare IPv6 roots are refused") {
+  CHECK(contains(error_of({{"PDCOLL_RANK", "0"}, {"PDCOLL_WORLD_SIZE", "99999999999999999999999"}}),
+                 "PDCOLL_WORLD_SIZE=99999999999999999999999 is above 2147483647"));
+  const environment_map base{{"PDCOLL_RANK", "0"}, {"PDCOLL_WORLD_SIZE", "2"}, {"PDCOLL_ROOT", "h:1"}};
+  auto with = [&](std::string name, std::string value) {
+    auto env = base;
+    env[name] = value;
+    return env;
+  };
+  // "No deadline", as the communicator reads it too (design-notes item 52).
+  CHECK(from_environment(with("PDCOLL_TIMEOUT_MS", "9223372036854775807")).timeout ==
+        std::chrono::milliseconds::max());
+  CHECK(from_environment(with("PDCOLL_TIMEOUT_MS", "3000000000")).timeout == std::chrono::milliseconds(3000000000));
+  CHECK(contains(error_of(with("PDCOLL_TIMEOUT_MS", "9223372036854775808")), "is above 9223372036854775807"));
+  CHECK(contains(error_of(with("PDCOLL_TIMEOUT_MS", "5s")), "PDCOLL_TIMEOUT_MS='5s' is not a non-negative integer"));
+  CHECK(contains(error_of(with("PDCOLL_ROOT", "fe80::1")), "IPv6 address without brackets: write [address]:port"));
+  CHECK(from_environment(with("PDCOLL_ROOT", "[fe80::1]:7")).root_port == 7);
 }
 
 TEST_CASE("inconsistent or missing variables are errors that name the variable") {

@@ -6,7 +6,9 @@
 // Precedence, first match wins: PDCOLL_* > torchrun > Open MPI > PMI > Slurm.
 // The other launchers' variables are then cross-checked: one that reports
 // the same world size but a different rank is an error ("RANK=1 but
-// OMPI_COMM_WORLD_RANK=2"). One that reports a smaller world is an outer
+// OMPI_COMM_WORLD_RANK=2", a stale RANK left in the shell), except beside
+// a torchrun worker (TORCHELASTIC_RUN_ID set), whose outer launcher
+// started one agent per node and numbers the nodes its own way. One that reports a smaller world is an outer
 // launcher of this job (`mpirun -np 2 torchrun --nproc-per-node 4`: each of
 // mpirun's 2 processes is a torchrun agent whose 4 workers inherit its
 // OMPI_* variables) and is ignored; one that reports a larger world than
@@ -183,15 +185,21 @@ inline const std::string* lookup(const environment_map& env, std::string_view na
   return it == env.end() ? nullptr : &it->second;
 }
 
-/// Parses a decimal non-negative integer that fits `max`; the whole string must be digits.
+/// True when `text` is one or more decimal digits and nothing else.
+inline bool all_digits(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// Parses a decimal non-negative integer that fits `max` (at most
+/// LLONG_MAX); the whole string must be digits.
 inline std::optional<long long> parse_count(std::string_view text, long long max) {
-  if (text.empty() || text.size() > 18) return std::nullopt;
+  if (!all_digits(text)) return std::nullopt;
   long long value = 0;
   for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + (c - '0');
+    const int digit = c - '0';
+    if (value > (max - digit) / 10) return std::nullopt;  // value * 10 + digit > max, without overflow
+    value = value * 10 + digit;
   }
-  if (value > max) return std::nullopt;
   return value;
 }
 
@@ -199,12 +207,21 @@ inline std::string show(std::string_view name, std::string_view value) {
   return std::string(name) + "=" + std::string(value);
 }
 
-/// Reads `name` as an int in [0, INT_MAX]; nullopt when unset; throws when malformed.
-inline std::optional<int> read_int(const environment_map& env, std::string_view name) {
+/// Reads `name` as an integer in [0, max]; nullopt when unset; throws,
+/// saying which, when it is not a number or one above `max`.
+inline std::optional<long long> read_count(const environment_map& env, std::string_view name, long long max) {
   const std::string* text = lookup(env, name);
   if (text == nullptr) return std::nullopt;
-  auto value = parse_count(*text, 0x7fffffff);
+  auto value = parse_count(*text, max);
+  if (!value && all_digits(*text)) fail(show(name, *text) + " is above " + std::to_string(max));
   if (!value) fail(show(name, "'" + *text + "'") + " is not a non-negative integer");
+  return value;
+}
+
+/// Reads `name` as an int in [0, INT_MAX]; nullopt when unset; throws when malformed.
+inline std::optional<int> read_int(const environment_map& env, std::string_view name) {
+  const auto value = read_count(env, name, 0x7fffffff);
+  if (!value) return std::nullopt;
   return static_cast<int>(*value);
 }
 
@@ -222,6 +239,8 @@ inline std::pair<std::string, std::uint16_t> split_host_port(std::string_view te
     if (colon == std::string_view::npos) fail(std::string(what) + " is not host:port");
     host = text.substr(0, colon);
     port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos)
+      fail(std::string(what) + " looks like an IPv6 address without brackets: write [address]:port");
   }
   if (host.empty()) fail(std::string(what) + " has an empty host");
   auto number = parse_count(port, 65535);
@@ -377,7 +396,12 @@ inline launch_info from_environment(const environment_map& env) {
     if (view->size > chosen->size)
       fail(show(chosen->vars->size, std::to_string(chosen->size)) + " but " +
            show(vars.size, std::to_string(view->size)) + ": the launcher read first reports the smaller world");
-    if (view->rank != chosen->rank)
+    // A torchrun worker (its agent sets TORCHELASTIC_RUN_ID) under an
+    // outer launcher with one agent per node sees the same world size in
+    // both, numbered its own way (c10d orders the nodes by name, not by
+    // the outer launcher's order): not a conflict.
+    const bool torchrun_worker = chosen->vars == &launchers[1] && lookup(env, "TORCHELASTIC_RUN_ID") != nullptr;
+    if (view->rank != chosen->rank && !torchrun_worker)
       fail(show(chosen->vars->rank, std::to_string(chosen->rank)) + " but " +
            show(vars.rank, std::to_string(view->rank)));
   }
@@ -449,7 +473,9 @@ inline launch_info from_environment(const environment_map& env) {
 
   if (const std::string* token = lookup(env, "PDCOLL_TOKEN")) info.token = *token;
   if (info.token.size() > 256) fail("PDCOLL_TOKEN is longer than 256 bytes");
-  if (auto ms = read_int(env, "PDCOLL_TIMEOUT_MS")) {
+  // Up to milliseconds::max(), which means no deadline (as for the
+  // communicator's own reading of it).
+  if (auto ms = read_count(env, "PDCOLL_TIMEOUT_MS", std::chrono::milliseconds::max().count())) {
     if (*ms == 0) fail("PDCOLL_TIMEOUT_MS=0 must be positive");
     info.timeout = std::chrono::milliseconds{*ms};
   }
