@@ -262,17 +262,29 @@ class inproc_endpoint final : public endpoint, private node_memory {
     box.posted.clear();
   }
 
+  /// Runs the completions queued for this rank. Re-entrant: a completion
+  /// may call progress() again (an algorithm unwinding from an exception
+  /// drains its batches), and that inner call first runs what this one
+  /// took off the queue but has not run yet; each runs once.
   std::size_t progress() noexcept override {
     auto& box = mine();
-    {
+    if (ready_next_ == ready_.size()) {
+      ready_.clear();
+      ready_next_ = 0;
       std::lock_guard lock(box.mutex);
       if (box.completions.empty()) return 0;
       ready_.swap(box.completions);
     }
     // Completions run without the lock: their handlers post new operations.
-    for (auto& c : ready_) c.ctx->on_complete(c.ctx, c.result);
-    std::size_t n = ready_.size();
+    // By index and by copy: an inner call may run the rest and clear ready_.
+    std::size_t n = 0;
+    while (ready_next_ < ready_.size()) {
+      const detail::queued_completion c = ready_[ready_next_++];
+      c.ctx->on_complete(c.ctx, c.result);
+      ++n;
+    }
     ready_.clear();
+    ready_next_ = 0;
     return n;
   }
 
@@ -320,7 +332,8 @@ class inproc_endpoint final : public endpoint, private node_memory {
 
   std::shared_ptr<fabric> fabric_;
   int rank_;
-  std::vector<detail::queued_completion> ready_;
+  std::vector<detail::queued_completion> ready_;  // taken off the queue by progress()
+  std::size_t ready_next_ = 0;                      // the first of ready_ not yet run
   wait_condition condition_;
 };
 

@@ -956,12 +956,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
   /// operations completed; chunks of split messages do not count. After
   /// close(), ends what is still outstanding with operation_canceled.
   std::size_t progress() noexcept override {
-    std::size_t ran = 0;
-    if (!stash_.empty()) {
-      std::vector<detail::cq_event> events;
-      events.swap(stash_);
-      for (auto& e : events) ran += dispatch(e);
-    }
+    std::size_t ran = deliver_stash();
     if (!ep_ || abandoned_) {
       deferred_[0].clear();
       deferred_[1].clear();
@@ -974,9 +969,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
       return ran;
     }
     for (int round = 0; round < 4; ++round) {
-      detail::cq_event batch[16];
-      const std::size_t n = read_cq(batch, 16);
-      for (std::size_t i = 0; i < n; ++i) ran += dispatch(batch[i]);
+      const std::size_t n = stash_cq();
+      ran += deliver_stash();
       if (n < 16) break;
     }
     if (!awaiting_finish_words_.empty()) ran += collect_finish_words();
@@ -1613,7 +1607,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
     return 0;
   }
 
-  /// Moves ready CQ entries to the stash; returns how many.
+  /// Moves ready CQ entries (up to 16) to the stash; returns how many.
   std::size_t stash_cq() noexcept {
     detail::cq_event batch[16];
     const std::size_t n = read_cq(batch, 16);
@@ -1621,10 +1615,25 @@ class fabric_endpoint final : public endpoint, private node_memory {
       stash_.insert(stash_.end(), batch, batch + n);
     } catch (...) {
       // Out of memory while stashing: deliver instead of losing completions.
-      // (Reached only from post / wait, never re-entered from a callback.)
       for (std::size_t i = 0; i < n; ++i) dispatch(batch[i]);
     }
     return n;
+  }
+
+  /// Delivers the stashed entries in order; returns the operations
+  /// completed. Re-entrant: a completion may call progress() again (an
+  /// algorithm unwinding from an exception drains its batches), and that
+  /// inner call delivers what this one read but has not delivered yet, so
+  /// by index and by copy, never from a local list; each entry once.
+  std::size_t deliver_stash() noexcept {
+    std::size_t ran = 0;
+    while (stash_next_ < stash_.size()) {
+      const detail::cq_event e = stash_[stash_next_++];
+      ran += dispatch(e);
+    }
+    stash_.clear();
+    stash_next_ = 0;
+    return ran;
   }
 
   int source_of(const detail::cq_event& e, const completion_context* ctx) const noexcept {
@@ -1889,7 +1898,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
   bool watched_ = false;                  // registered with the watchdog
   /// The slot provider calls mark, or null where no watchdog reads it.
   detail::provider_call_slot* watch_slot() noexcept { return watched_ ? &call_slot_ : nullptr; }
-  std::vector<detail::cq_event> stash_;
+  std::vector<detail::cq_event> stash_;  // CQ entries read, delivered by progress() (deliver_stash)
+  std::size_t stash_next_ = 0;           // the first of stash_ not yet delivered
   std::deque<detail::deferred_post> deferred_[2];  // [receive]: posts that met -FI_EAGAIN, in posting order
   std::uint64_t deferred_total_ = 0;
   std::unordered_set<fid_mr*> live_registrations_;
