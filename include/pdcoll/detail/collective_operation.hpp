@@ -446,6 +446,9 @@ class collective_op_base : public collective_context, public operation_base {
       }
       task_ = spec_.algorithm(*this);
     } catch (const std::system_error& e) {
+      // The receiver gets the code; the text (which allocation, which
+      // domain) goes to the log, or "Cannot allocate memory" is all there is.
+      log_start_failure(e);
       return finish(e.code());
     } catch (const std::bad_alloc&) {
       return finish(std::make_error_code(std::errc::not_enough_memory));
@@ -594,6 +597,16 @@ class collective_op_base : public collective_context, public operation_base {
       log_data_path(kind, path, why);
     comm_->record_data_path(kind, path);
     staged_ = path == transport::data_path::host_staged;
+  }
+  // The WARN line of a collective that failed to start, with the error's text.
+  [[gnu::noinline, gnu::cold]] void log_start_failure(const std::system_error& e) noexcept {
+    try {
+      detail::log(detail::log_level::warn, comm_->log_name(),
+                  std::string("a collective (algorithm ") + (spec_.algorithm_name ? spec_.algorithm_name : "") +
+                      ") failed to start: " + e.what());
+    } catch (const std::bad_alloc&) {
+      // A log line is not worth more than the failure it reports.
+    }
   }
   // The INFO line of choose_data_path(), when the path changed.
   [[gnu::noinline, gnu::cold]] void log_data_path(transport::memory_kind kind, transport::data_path path,
