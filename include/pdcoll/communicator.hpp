@@ -493,17 +493,28 @@ class communicator final : private exec::progress_driver {
       return region;
     };
     const transport::memory_region returned = region_of(block);
+    std::vector<detail::host_block> dropped;
     try {
-      for (auto& dropped : host_blocks_.give(std::move(block))) invalidate_registrations(region_of(dropped));
+      dropped = host_blocks_.give(std::move(block));
     } catch (...) {
-      // Out of memory while pooling (before any idle block was let go of):
-      // the block was freed on the way, and its registrations go too, or
-      // the next block at its address would find them cached.
-      try {
-        if (returned.address != nullptr) invalidate_registrations(returned);
-      } catch (...) {
-        // Out of memory again, queueing the invalidation (another thread holds the lock).
-      }
+      // Out of memory while pooling (give() lets no idle block go before
+      // it can carry them out): the block was freed on the way, and its
+      // registrations go too, or the next block at its address would find
+      // them cached.
+      forget_registrations(returned);
+      return;
+    }
+    for (auto& d : dropped) forget_registrations(region_of(d));
+  }
+  /// invalidate_registrations for a host block about to be freed. It can
+  /// fail only queueing the invalidation for a lock another thread holds
+  /// (a block comes back under this thread's turn, which holds the lock,
+  /// so it invalidates at once); out of memory there, nothing is left to do.
+  void forget_registrations(const transport::memory_region& region) noexcept {
+    if (region.address == nullptr) return;
+    try {
+      invalidate_registrations(region);
+    } catch (...) {
     }
   }
   /// Idle bytes the host block pool holds.

@@ -335,6 +335,25 @@ def test_a_signal_during_the_starts_ends_the_job():
           f"(exit {code}, {took:.1f} s)")
 
 
+def test_a_signal_during_the_grace_period_is_forwarded():
+    # Rank 0 fails; while pdcoll-run waits out --grace for the others, a
+    # Ctrl-C must still reach them at once, not only the SIGTERM at its end.
+    proc = subprocess.Popen([RUN, "-n", "2", "--grace", "8", "sh", "-c",
+                             'if [ "$PDCOLL_RANK" = 0 ]; then exit 1; fi; '
+                             'trap "echo got INT; exit 0" INT; trap "echo got TERM; exit 0" TERM; '
+                             'echo up; while :; do sleep 0.05; done'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=launcher_env())
+    seen = count_up(proc, 1)
+    time.sleep(0.5)  # rank 0 has failed; pdcoll-run is in the grace period
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    code = wait_or_end(proc, 20)
+    took = time.monotonic() - start
+    out = proc.stdout.read().decode(errors="replace") if code is not None else ""
+    check(seen == 1 and "got INT" in out and took < 5,
+          f"SIGINT during --grace reaches the rank still running (exit {code}, {took:.1f} s)")
+
+
 def test_bad_program_and_usage():
     proc, _ = run(["-n", "2", "/nonexistent/program"])
     check(proc.returncode == 127, "a program that cannot start gives 127", proc)

@@ -20,12 +20,12 @@ endforeach()
 
 # Two 3-rank programs over shm and io_uring, each under its own deadline: a
 # group that outlives its job (30 s), and a late member and a failed job
-# communicator (5 s: the late member sleeps 1.3 of it).
+# communicator (8 s: the late member sleeps 1.3 of it).
 pdcoll_multiproc_executable(multiproc_groups_outlive groups_outlive.cpp)
 pdcoll_multiproc_executable(multiproc_groups_late groups_late.cpp)
 foreach(entry IN ITEMS "shm|libfabric|shm" "uring|uring|")
   pdcoll_transport_entry("${entry}" run)
-  foreach(program IN ITEMS "outlive|30000" "late|5000")
+  foreach(program IN ITEMS "outlive|30000" "late|8000")
     string(REPLACE "|" ";" parts "${program}")
     list(GET parts 0 what)
     list(GET parts 1 timeout_ms)

@@ -72,21 +72,22 @@ class idle_blocks {
     idle_.push_back(std::move(b));  // within the capacity reserved at construction
   }
 
-  /// Hands every idle block to `drop`.
+  /// Hands every idle block to `drop`, one at a time outside the lock.
+  /// Allocates nothing, and the list keeps the capacity reserved at
+  /// construction, so give() and keep_if_room() stay allocation-free.
   template <class Drop>
   void clear(Drop&& drop) {
-    std::vector<Block> all;
-    {
-      std::lock_guard lock(mutex_);
-      all.swap(idle_);
-      held_ = 0;
-      try {
-        idle_.reserve(max_blocks_);
-      } catch (...) {
-        // give() then grows the vector itself.
+    for (;;) {
+      std::optional<Block> b;
+      {
+        std::lock_guard lock(mutex_);
+        if (idle_.empty()) return;
+        b.emplace(std::move(idle_.back()));
+        idle_.pop_back();
+        held_ -= SizeOf{}(*b);
       }
+      drop(std::move(*b));
     }
-    for (auto& b : all) drop(std::move(b));
   }
 
   /// Idle bytes held.

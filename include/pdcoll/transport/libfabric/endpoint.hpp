@@ -831,22 +831,19 @@ class fabric_endpoint final : public endpoint, private node_memory {
     std::size_t ended = 0;
     for (auto& queue : deferred_) {
       if (queue.empty()) continue;
-      std::vector<completion_context*> cancelled;
-      for (auto it = queue.begin(); it != queue.end();) {
-        if (it->ctx->transport_state[0] & detail::state_cancel_requested) {
-          try {
-            cancelled.push_back(it->ctx);
-          } catch (...) {
-            ++it;
-            continue;
-          }
-          it = queue.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      for (auto* ctx : cancelled) {
-        finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, posted_peer(ctx)});
+      // One cancelled entry at a time, found afresh after each finish: a
+      // callback may re-enter progress() (an algorithm unwinding drains its
+      // batches) and end the others itself; a local list of them would hide
+      // them from that inner call.
+      for (;;) {
+        const auto it = std::find_if(queue.begin(), queue.end(), [](const detail::deferred_post& d) {
+          return (d.ctx->transport_state[0] & detail::state_cancel_requested) != 0;
+        });
+        if (it == queue.end()) break;
+        completion_context* ctx = it->ctx;
+        const int peer = it->peer;
+        queue.erase(it);
+        finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), 0, 0, peer});
         ++ended;
       }
       const auto now = std::chrono::steady_clock::now();
@@ -1608,15 +1605,25 @@ class fabric_endpoint final : public endpoint, private node_memory {
   }
 
   /// Moves ready CQ entries (up to 16) to the stash; returns how many.
+  /// Reads only what the stash has room for, growing it first where it
+  /// can: an entry is never delivered from a local list (a completion may
+  /// re-enter progress(), which must find every entry read; see
+  /// deliver_stash). Out of memory with the stash full, entries stay in the
+  /// completion queue for a later call.
   std::size_t stash_cq() noexcept {
-    detail::cq_event batch[16];
-    const std::size_t n = read_cq(batch, 16);
-    try {
-      stash_.insert(stash_.end(), batch, batch + n);
-    } catch (...) {
-      // Out of memory while stashing: deliver instead of losing completions.
-      for (std::size_t i = 0; i < n; ++i) dispatch(batch[i]);
+    constexpr std::size_t most = 16;
+    if (stash_.capacity() - stash_.size() < most) {
+      try {
+        stash_.reserve(stash_.size() + 4 * most);
+      } catch (...) {
+        // Read what fits.
+      }
     }
+    const std::size_t room = std::min(most, stash_.capacity() - stash_.size());
+    if (room == 0) return 0;
+    detail::cq_event batch[most];
+    const std::size_t n = read_cq(batch, room);
+    stash_.insert(stash_.end(), batch, batch + n);  // within the capacity: no allocation
     return n;
   }
 

@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <charconv>
 #include <climits>
+#include <limits>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -46,7 +47,9 @@ inline void remove_stale_shm_objects(std::string_view prefix) noexcept {
     const std::string_view rest = name.substr(prefix.size() + 1);
     long long pid = 0;
     const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-    if (error != std::errc{} || end == rest.data() + rest.size() || *end != '.' || pid <= 0 || pid == self) continue;
+    if (error != std::errc{} || end == rest.data() + rest.size() || *end != '.' || pid <= 0 ||
+        pid > std::numeric_limits<pid_t>::max() || pid == self)
+      continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     char path[NAME_MAX + 2] = "/";
     name.copy(path + 1, std::min<std::size_t>(name.size(), NAME_MAX));
