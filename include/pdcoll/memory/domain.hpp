@@ -12,6 +12,7 @@
 #include <pdcoll/error.hpp>
 #include <pdcoll/transport/endpoint.hpp>
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -149,6 +150,40 @@ class invalidation_hooks {
   mutable std::mutex mutex_;
   hook_id last_id_ = 0;
   std::vector<std::pair<hook_id, invalidation_hook>> hooks_;
+};
+
+/// A domain's copy counters, counted from any thread (each field on its
+/// own, relaxed: a snapshot taken during copies may mix before and after).
+class copy_meter {
+ public:
+  /// Counts one device-to-host copy of `bytes`.
+  void count_to_host(std::uint64_t bytes) noexcept {
+    to_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    to_host_calls_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// Counts one host-to-device copy of `bytes`.
+  void count_from_host(std::uint64_t bytes) noexcept {
+    from_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    from_host_calls_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// The counts so far.
+  copy_counters snapshot() const noexcept {
+    return {to_host_bytes_.load(std::memory_order_relaxed), to_host_calls_.load(std::memory_order_relaxed),
+            from_host_bytes_.load(std::memory_order_relaxed), from_host_calls_.load(std::memory_order_relaxed)};
+  }
+  /// Sets every count to zero.
+  void reset() noexcept {
+    to_host_bytes_.store(0, std::memory_order_relaxed);
+    to_host_calls_.store(0, std::memory_order_relaxed);
+    from_host_bytes_.store(0, std::memory_order_relaxed);
+    from_host_calls_.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::uint64_t> to_host_bytes_{0};
+  std::atomic<std::uint64_t> to_host_calls_{0};
+  std::atomic<std::uint64_t> from_host_bytes_{0};
+  std::atomic<std::uint64_t> from_host_calls_{0};
 };
 
 /// The host's page size; sysconf(3) _SC_PAGESIZE.

@@ -19,7 +19,6 @@
 #include <pdcoll/memory/scratch_cache.hpp>
 #include <pdcoll/memory/view.hpp>
 
-#include <atomic>
 #include <cerrno>
 #include <concepts>
 #include <cstddef>
@@ -133,8 +132,7 @@ class emulated_device {
                                                " < " + std::to_string(src.size()) + " elements");
     const std::uint64_t address = checked_address(src, "copy_to_host");
     if (src.size_bytes() != 0) std::memcpy(dst.data(), mapping_ + address, src.size_bytes());
-    d2h_bytes_.fetch_add(src.size_bytes(), std::memory_order_relaxed);
-    d2h_calls_.fetch_add(1, std::memory_order_relaxed);
+    copies_.count_to_host(src.size_bytes());
   }
 
   /// Copies `src` into the front of the view (host → device) and counts
@@ -150,8 +148,7 @@ class emulated_device {
                                                " < " + std::to_string(src.size()) + " elements");
     const std::uint64_t address = checked_address(dst, "copy_from_host");
     if (!src.empty()) std::memcpy(mapping_ + address, src.data(), src.size_bytes());
-    h2d_bytes_.fetch_add(src.size_bytes(), std::memory_order_relaxed);
-    h2d_calls_.fetch_add(1, std::memory_order_relaxed);
+    copies_.count_from_host(src.size_bytes());
   }
 
   /// The view as {fd, offset, length}: `fd` is the arena's memfd itself,
@@ -168,15 +165,11 @@ class emulated_device {
 
   /// The copy counters so far (each field read atomically).
   copy_counters counters() const noexcept {
-    return {d2h_bytes_.load(std::memory_order_relaxed), d2h_calls_.load(std::memory_order_relaxed),
-            h2d_bytes_.load(std::memory_order_relaxed), h2d_calls_.load(std::memory_order_relaxed)};
+    return copies_.snapshot();
   }
   /// Sets every counter to zero.
   void reset_counters() noexcept {
-    d2h_bytes_.store(0, std::memory_order_relaxed);
-    d2h_calls_.store(0, std::memory_order_relaxed);
-    h2d_bytes_.store(0, std::memory_order_relaxed);
-    h2d_calls_.store(0, std::memory_order_relaxed);
+    copies_.reset();
   }
 
   /// Subscribes to "this allocation is about to be freed"; the hook gets
@@ -289,10 +282,7 @@ class emulated_device {
   mutable std::mutex mutex_;
   detail::first_fit_arena arena_;            // offsets into the memfd
   std::map<std::uint64_t, allocation> live_;  // offset → allocation
-  mutable std::atomic<std::uint64_t> d2h_bytes_{0};
-  mutable std::atomic<std::uint64_t> d2h_calls_{0};
-  mutable std::atomic<std::uint64_t> h2d_bytes_{0};
-  mutable std::atomic<std::uint64_t> h2d_calls_{0};
+  mutable detail::copy_meter copies_;
   detail::invalidation_hooks hooks_;
   scratch_cache<emulated_device> scratch_;  // last: its blocks are freed before the rest goes
 };

@@ -45,7 +45,6 @@
 #include <rdma/fi_domain.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <concepts>
 #include <cstddef>
@@ -279,8 +278,7 @@ class gaudi {
       detail::fail(errc::buffer_too_small, "gaudi::copy_to_host: " + std::to_string(dst.size()) + " < " +
                                                std::to_string(src.size()) + " elements");
     if (!src.empty()) std::memcpy(dst.data(), host_address(src, "copy_to_host"), src.size_bytes());
-    d2h_bytes_.fetch_add(src.size_bytes(), std::memory_order_relaxed);
-    d2h_calls_.fetch_add(1, std::memory_order_relaxed);
+    copies_.count_to_host(src.size_bytes());
   }
 
   /// Copies `src` into the front of the view through the DMA-BUF mmap and
@@ -292,8 +290,7 @@ class gaudi {
       detail::fail(errc::buffer_too_small, "gaudi::copy_from_host: " + std::to_string(dst.size()) + " < " +
                                                std::to_string(src.size()) + " elements");
     if (!src.empty()) std::memcpy(host_address(dst, "copy_from_host"), src.data(), src.size_bytes());
-    h2d_bytes_.fetch_add(src.size_bytes(), std::memory_order_relaxed);
-    h2d_calls_.fetch_add(1, std::memory_order_relaxed);
+    copies_.count_from_host(src.size_bytes());
   }
 
   /// The view as {fd, offset, length}: `fd` is the allocation's DMA-BUF
@@ -311,15 +308,11 @@ class gaudi {
 
   /// The copy counters so far.
   copy_counters counters() const noexcept {
-    return {d2h_bytes_.load(std::memory_order_relaxed), d2h_calls_.load(std::memory_order_relaxed),
-            h2d_bytes_.load(std::memory_order_relaxed), h2d_calls_.load(std::memory_order_relaxed)};
+    return copies_.snapshot();
   }
   /// Sets every counter to zero.
   void reset_counters() noexcept {
-    d2h_bytes_.store(0, std::memory_order_relaxed);
-    d2h_calls_.store(0, std::memory_order_relaxed);
-    h2d_bytes_.store(0, std::memory_order_relaxed);
-    h2d_calls_.store(0, std::memory_order_relaxed);
+    copies_.reset();
   }
 
   /// Subscribes to "this allocation is about to be freed" (the hook gets
@@ -533,10 +526,7 @@ class gaudi {
   // address → allocation; mutable because the first copy caches its mmap there
   mutable std::map<std::uint64_t, allocation> live_;
   std::error_code release_error_;
-  mutable std::atomic<std::uint64_t> d2h_bytes_{0};
-  mutable std::atomic<std::uint64_t> d2h_calls_{0};
-  mutable std::atomic<std::uint64_t> h2d_bytes_{0};
-  mutable std::atomic<std::uint64_t> h2d_calls_{0};
+  mutable detail::copy_meter copies_;
   detail::invalidation_hooks hooks_;
   scratch_cache<gaudi> scratch_;  // last: its blocks are freed before the rest goes
 };
