@@ -52,6 +52,7 @@
 #include <atomic>
 #include <cassert>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -249,6 +250,7 @@ class communicator final : private exec::progress_driver {
   ~communicator() {
     if (progress_thread_.joinable()) {
       stop_thread_.store(true);
+      wake_progress_thread();
       progress_thread_.join();
     }
     {
@@ -631,7 +633,11 @@ class communicator final : private exec::progress_driver {
   /// the lock as each operation's start() ends, so that one which completes
   /// inside start() (a peer was there first) costs no registration.
   void register_driver_if_pending() {
-    if (driver_registered_ || options_.progress_thread || (active_count_ == 0 && notices_in_flight_ == 0)) return;
+    if (driver_registered_ || (active_count_ == 0 && notices_in_flight_ == 0)) return;
+    if (options_.progress_thread) {
+      wake_progress_thread();
+      return;
+    }
     exec::progress_drivers::register_driver(this);
     driver_registered_ = true;
   }
@@ -818,6 +824,7 @@ class communicator final : private exec::progress_driver {
         ++notices_in_flight_;
       }
     }
+    if (notices_in_flight_ != 0 && options_.progress_thread) wake_progress_thread();
   }
 
   // Resumes what active operations wait for in shared memory. Under the lock.
@@ -942,6 +949,16 @@ class communicator final : private exec::progress_driver {
     endpoint_->close();
   }
 
+  // Ends the progress thread's idle sleep at once (an operation or an abort
+  // notice is pending, or the communicator is closing). Any thread.
+  void wake_progress_thread() {
+    {
+      std::lock_guard lock(thread_sleep_mutex_);
+      thread_woken_ = true;
+    }
+    thread_wakeup_.notify_one();
+  }
+
   void run_progress_thread() {
     while (!stop_thread_.load(std::memory_order_acquire)) {
       bool idle;
@@ -950,8 +967,19 @@ class communicator final : private exec::progress_driver {
         idle = active_count_ == 0 && !notices_in_flight_;
       }
       if (idle) {
-        // Nothing pending: still read control messages, but without burning a core.
-        drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(2));
+        // Nothing pending: sleep, without the communicator's lock, until an
+        // operation starts (register_driver_if_pending wakes this thread) or
+        // for 2 ms, then take one turn without waiting, which reads the
+        // control messages (a peer's abort) that came in meanwhile. drive()
+        // itself returns at once when idle: looping on it spun a core.
+        {
+          std::unique_lock lock(thread_sleep_mutex_);
+          thread_wakeup_.wait_for(lock, std::chrono::milliseconds(2), [this] {
+            return thread_woken_ || stop_thread_.load(std::memory_order_acquire);
+          });
+          thread_woken_ = false;
+        }
+        drive(std::chrono::steady_clock::now());
       } else {
         drive(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
       }
@@ -1005,6 +1033,9 @@ class communicator final : private exec::progress_driver {
   detail::operation_base* due_tail_ = nullptr;
   std::thread progress_thread_;
   std::atomic<bool> stop_thread_{false};
+  std::mutex thread_sleep_mutex_;             // guards thread_woken_
+  std::condition_variable thread_wakeup_;     // ends the progress thread's idle sleep
+  bool thread_woken_ = false;
 };
 
 }  // namespace pdcoll
