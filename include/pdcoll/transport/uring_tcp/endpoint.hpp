@@ -322,11 +322,16 @@ class tcp_endpoint final : public transport::endpoint {
   }
 
   /// Cancels an outstanding operation. Not yet on the wire (queued send,
-  /// unmatched receive): completes as cancelled at the next progress().
-  /// In flight: IORING_OP_ASYNC_CANCEL; the operation then completes once,
-  /// cancelled or done. A send whose first bytes are already on the wire
-  /// cannot be withdrawn without breaking the stream, so it completes
-  /// normally. Unknown or completed contexts are ignored.
+  /// unmatched receive, a receive that claimed an unexpected message still
+  /// arriving, which stays for the next receive): completes as cancelled at
+  /// the next progress(). In flight: IORING_OP_ASYNC_CANCEL; the operation
+  /// then completes once, cancelled or done. Too late, as in MPI and
+  /// libfabric, for a send whose first bytes are already on the wire and
+  /// for a receive whose message has begun to arrive into it: either
+  /// completes normally (or when the peer is lost or the endpoint closed),
+  /// since ending it early would drop the message, and the stream would
+  /// hand the next receive the message after it. Unknown or completed
+  /// contexts are ignored.
   void cancel(completion_context* ctx) noexcept override {
     if (closed_) return;  // close() already ends everything
     auto* op = lookup(ctx);
@@ -345,15 +350,8 @@ class tcp_endpoint final : public transport::endpoint {
         m->claimed_by = nullptr;
         complete(op, {canceled, 0, op->tag, op->peer});
         if (operation* next = match_posted(*peers_[static_cast<std::size_t>(m->source)], m->tag)) take_unexpected(m, next);
-      } else {
-        auto& link = *peers_[static_cast<std::size_t>(op->peer)];
-        if (link.recv_in_flight && link.recv_in_place) {
-          op->cancel_requested = true;  // the kernel may be writing into its buffer
-          link.recv_cancel_wanted = true;
-        } else {
-          cancel_current(link);
-        }
       }
+      // Otherwise its message is arriving into it: too late (see above).
       return;
     }
     auto& link = *peers_[static_cast<std::size_t>(op->peer)];
@@ -801,9 +799,8 @@ class tcp_endpoint final : public transport::endpoint {
     const bool in_place = link.recv_in_place;
     link.recv_in_place = false;
     if (res == -ECANCELED) {
-      // Nothing was read. Either a receive asked to be cancelled, or a stale
-      // cancel hit this recv; the next schedule() re-posts it.
-      if (in_place && link.target_op && link.target_op->cancel_requested) cancel_current(link);
+      // Nothing was read: a stale cancel (of a multishot recv) hit this
+      // recv; the next schedule() re-posts it.
       if (link.lost) fail_peer(link, loss_reason(link));
       return;
     }
@@ -816,11 +813,7 @@ class tcp_endpoint final : public transport::endpoint {
     if (in_place) {
       link.received += n;
       stats_.bytes_received_in_place += n;
-      if (link.received == link.header.length) {
-        finish_message(link);
-      } else if (link.target_op && link.target_op->cancel_requested) {
-        cancel_current(link);
-      }
+      if (link.received == link.header.length) finish_message(link);
       return;
     }
     parse(link, link.staging.get(), n);
@@ -979,16 +972,6 @@ class tcp_endpoint final : public transport::endpoint {
     link.target = nullptr;
     link.target_op = nullptr;
     link.target_message = nullptr;
-  }
-
-  /// Completes the receive whose payload is arriving as cancelled; the rest
-  /// of its payload is read and discarded to keep the stream in step.
-  void cancel_current(peer_link& link) noexcept {
-    operation* op = link.target_op;
-    if (!op) return;
-    link.target_op = nullptr;
-    link.target = nullptr;
-    complete(op, {std::make_error_code(std::errc::operation_canceled), 0, op->tag, link.rank});
   }
 
   // ---- sending -----------------------------------------------------------
