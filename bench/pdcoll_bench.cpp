@@ -476,7 +476,17 @@ int main(int argc, char** argv) {
       "pdcoll-bench"};
   app.add_option("-b,--minbytes", opt.min_bytes, "smallest size in bytes (K/M/G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", opt.max_bytes, "largest size in bytes (K/M/G suffixes)")->capture_default_str();
-  app.add_option("-f,--stepfactor", opt.factor, "multiplication factor between sizes")->capture_default_str();
+  // A factor of 1 or less would sweep one size for ever; nccl-tests' -f means growth.
+  const CLI::Validator above_one(
+      [](const std::string& v) {
+        char* end = nullptr;
+        const double f = std::strtod(v.c_str(), &end);
+        return end != v.c_str() && *end == '\0' && f > 1.0 ? std::string() : "must be a number above 1, got " + v;
+      },
+      "FACTOR>1");
+  app.add_option("-f,--stepfactor", opt.factor, "multiplication factor between sizes")
+      ->capture_default_str()
+      ->check(above_one);
   app.add_option("-n,--iters", opt.iters, "timed iterations per size")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   app.add_option("-w,--warmup_iters", opt.warmup, "warm-up iterations per size")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--timing", opt.timing, "time column: median or mean (nccl-tests') of the iterations")

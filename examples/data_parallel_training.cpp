@@ -167,8 +167,9 @@ double full_loss(const mlp_shape& s, std::span<const float> p, const data_set& d
 
 /// The buckets of one step: started one by one as backward finishes them,
 /// joined before the optimizer step. Each bucket's all-reduce is a detached
-/// sender whose completion (value, error or stop) is counted here; the join
-/// waits with a deadline, so a lost peer surfaces as an error, not a hang.
+/// sender whose completion (value, error or stop) is counted here. Every
+/// all-reduce carries the communicator's deadline, so a lost peer surfaces
+/// as an error at the join, not a hang.
 class bucket_flight {
  public:
   bucket_flight(pdcoll::communicator& comm, std::span<float> grads, std::size_t bucket_floats)
@@ -185,13 +186,13 @@ class bucket_flight {
   }
 
   /// Waits for every started bucket (the join before the optimizer step);
-  /// throws std::system_error with the first bucket's error, or on timeout.
-  void join(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+  /// throws std::system_error with the first bucket's error. Each bucket's
+  /// all-reduce ends by the communicator's deadline (with an error if a peer
+  /// is lost or late), so this wait is bounded without one of its own; and
+  /// it never returns while a bucket is still reducing into the gradients.
+  void join() {
     std::unique_lock lock(mutex_);
     while (pending_ > 0) {
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw std::system_error(make_error_code(pdcoll::errc::timeout), "gradient buckets did not complete");
       // With a progress thread this only sleeps; without one it drives progress here.
       lock.unlock();
       const bool worked = pdcoll::exec::drive_progress_once(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
@@ -328,7 +329,7 @@ int run(int argc, char** argv) {
     const auto [first, last] = shard(c, t, rank, world);
     forward_backward(s, params, data, first, last, grads, {}, [&](std::size_t n) { flight.ready(n); });
     flight.ready(grads.size());  // the tail bucket, if backward's last call did not complete it
-    flight.join(comm.options().timeout);
+    flight.join();
     sgd_step(params, grads, c);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

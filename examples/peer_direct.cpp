@@ -56,7 +56,9 @@ outcome measure(pdcoll::communicator& comm, device& dev, std::size_t n, int iter
   return o;
 }
 
-void report(const char* label, pdcoll::communicator& comm, device& dev, std::size_t n, int iters) {
+/// Runs `label`'s all-reduces, prints rank 0's line; returns whether this
+/// rank's result was right.
+bool report(const char* label, pdcoll::communicator& comm, device& dev, std::size_t n, int iters) {
   const auto regs0 = comm.registration_statistics();
   const auto path0 = comm.data_path_statistics();
   dev.reset_counters();
@@ -66,7 +68,7 @@ void report(const char* label, pdcoll::communicator& comm, device& dev, std::siz
   const auto path = comm.data_path_statistics();
   // The program's own uploads/downloads: iters + 1 uploads and one download of n floats.
   const std::uint64_t own = static_cast<std::uint64_t>(iters + 2) * n * sizeof(float);
-  if (comm.rank() != 0) return;
+  if (comm.rank() != 0) return o.correct;
   std::printf("%-8s path %-12s result %-7s staged through host %8.1f MiB (%llu chunks)  "
               "registrations %llu  cache hits %llu misses %llu  busbw %.2f GB/s\n",
               label, std::string(pdcoll::transport::to_string(path.last_path)).c_str(), o.correct ? "correct" : "WRONG",
@@ -79,6 +81,7 @@ void report(const char* label, pdcoll::communicator& comm, device& dev, std::siz
               "program's uploads/downloads)\n",
               "", static_cast<double>(c.device_to_host_bytes) / (1 << 20),
               static_cast<double>(c.host_to_device_bytes) / (1 << 20), static_cast<double>(own) / (1 << 20));
+  return o.correct;
 }
 
 }  // namespace
@@ -94,7 +97,7 @@ int main() try {
     std::printf("all_reduce of %zu MiB of emulated device memory over %d ranks, %s\n", n * sizeof(float) >> 20,
                 comm.world_size(), comm.transport_name().c_str());
 
-  report("direct", comm, dev, n, iters);
+  bool correct = report("direct", comm, dev, n, iters);
 
   if (comm.transport_name().rfind("libfabric", 0) == 0) {
     // A second communicator on the same provider that always stages.
@@ -104,13 +107,14 @@ int main() try {
         pdcoll::transport::libfabric::make_endpoint(job.rank(), job.world_size(), job.store().exchange()),
         staged_options);
     auto staged_tracking = pdcoll::track_frees(dev, staged);
-    report("staged", staged, dev, n, iters);
+    correct = report("staged", staged, dev, n, iters) && correct;
     pdcoll::exec::sync_wait(pdcoll::barrier(staged) | pdcoll::exec::with_deadline(std::chrono::seconds(60)));
   } else if (comm.rank() == 0) {
     std::printf("(%s reaches device memory only through host staging: the run above is the staged one)\n",
                 comm.transport_name().c_str());
   }
-  return 0;
+  if (!correct) std::fprintf(stderr, "peer_direct: rank %d got a wrong all-reduce result\n", comm.rank());
+  return correct ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "peer_direct: %s\n", e.what());
   return 1;

@@ -489,6 +489,16 @@ collective_sender reduce(communicator& comm, In&& in, Out&& out, Op, int root) {
   return collective_sender(comm, std::move(s));
 }
 
+/// In-place reduce: every rank's `data` is its input; at `root` it becomes
+/// the result (as ncclReduce with sendbuff == recvbuff). Other ranks'
+/// `data` is left as it was.
+template <class Algo = algo::automatic, detail::buffer_argument Data, class Op = op::sum_t>
+  requires(!detail::buffer_like<Op>)
+collective_sender reduce(communicator& comm, Data&& data, Op op, int root) {
+  auto v = detail::as_view(std::forward<Data>(data));
+  return reduce<Algo>(comm, v, v, op, root);
+}
+
 /// All-gather: every rank's `in` (n elements) concatenated in rank order into
 /// every rank's `out` (P·n elements). In place, as ncclAllGather: `in` is
 /// this rank's block of `out`, `out.subspan(rank * n, n)`; any other overlap

@@ -6,6 +6,7 @@
 #include <pdcoll/error.hpp>
 #include <pdcoll/exec/exec.hpp>
 #include <pdcoll/group.hpp>
+#include <pdcoll/memory/domains.hpp>
 #include <pdcoll/memory/track.hpp>
 #include <pdcoll/memory/view.hpp>
 #include <pdcoll/point_to_point.hpp>

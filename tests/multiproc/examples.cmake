@@ -9,8 +9,20 @@ if(PDCOLL_BUILD_EXAMPLES)
   add_test(NAME examples.data_parallel_training.uring.n3
            COMMAND ${PDCOLL_RUN} -n 3 --timeout 120 $<TARGET_FILE:data_parallel_training> 20 50 96)
   set_tests_properties(examples.data_parallel_training.uring.n3 PROPERTIES ENVIRONMENT "PDCOLL_TRANSPORT=uring")
+  # PDCOLL_TIMEOUT_MS at its largest means no deadline: the join must not
+  # make one of its own (now + timeout wrapped into the past, and the step
+  # failed with buckets still reducing into the gradients).
+  add_test(NAME examples.data_parallel_training.no_deadline.n2
+           COMMAND ${PDCOLL_RUN} -n 2 --timeout 120 $<TARGET_FILE:data_parallel_training> 5 48 96)
+  set_tests_properties(examples.data_parallel_training.no_deadline.n2 PROPERTIES ENVIRONMENT
+                       "PDCOLL_TIMEOUT_MS=9223372036854775807")
   set_tests_properties(examples.data_parallel_training.n4 examples.data_parallel_training.uring.n3
+                       examples.data_parallel_training.no_deadline.n2
                        PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
+  # Peer Direct on the emulated device: direct and host-staged all-reduces,
+  # each checked on every rank (the exit status says whether all were right).
+  add_test(NAME examples.peer_direct.n2 COMMAND ${PDCOLL_RUN} -n 2 --timeout 120 $<TARGET_FILE:peer_direct>)
+  set_tests_properties(examples.peer_direct.n2 PROPERTIES LABELS "multiproc;examples" TIMEOUT 180)
   # The demo (scripts/demo.sh): its all-reduces on ordinary and on shareable
   # buffers are checked, and a wrong element fails it.
   add_test(NAME examples.hello_allreduce.n3

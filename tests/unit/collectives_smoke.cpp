@@ -4,7 +4,10 @@
 #include <pdcoll/pdcoll.hpp>
 #include <support/inproc_world.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <numeric>
+#include <span>
 #include <vector>
 
 TEST_CASE("ring all_reduce sums int32 over 3 ranks") {
@@ -14,4 +17,35 @@ TEST_CASE("ring all_reduce sums int32 over 3 ranks") {
     pdcoll::exec::sync_wait(pdcoll::all_reduce<pdcoll::algo::ring>(comm, data, pdcoll::op::sum));
     for (int i = 0; i < 10; ++i) CHECK(data[i] == 3 * i + 300);
   });
+}
+
+TEST_CASE("in-place reduce with one buffer: the root gets the sum, every other rank's data is left as it was") {
+  for (int P : {1, 2, 3, 5, 8}) {
+    for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{70000}}) {
+      for (bool node_memory : {false, true}) {
+        const int root = P / 2;
+        CAPTURE(P);
+        CAPTURE(count);
+        CAPTURE(node_memory);
+        std::atomic<int> wrong{0};
+        auto body = [&](pdcoll::communicator& comm) {
+          const int r = comm.rank();
+          auto input = [&](std::size_t i) { return static_cast<std::int64_t>(i) * 3 + r * 1000 + 1; };
+          std::vector<std::int64_t> data(count);
+          for (std::size_t i = 0; i < count; ++i) data[i] = input(i);
+          std::vector<std::int64_t> tree_data = data;
+          pdcoll::exec::sync_wait(pdcoll::reduce(comm, data, pdcoll::op::sum, root));
+          pdcoll::exec::sync_wait(pdcoll::reduce<pdcoll::algo::tree>(comm, std::span<std::int64_t>(tree_data),
+                                                                      pdcoll::op::sum, root));
+          for (std::size_t i = 0; i < count; ++i) {
+            const std::int64_t sum = P * (static_cast<std::int64_t>(i) * 3 + 1) + 1000 * P * (P - 1) / 2;
+            const std::int64_t expect = r == root ? sum : input(i);
+            wrong += (data[i] != expect) + (tree_data[i] != expect);
+          }
+        };
+        pdcoll::testing::run_inproc(P, body, {}, node_memory ? std::size_t{4} << 20 : 0);
+        CHECK(wrong == 0);
+      }
+    }
+  }
 }

@@ -1416,7 +1416,7 @@ class fabric_endpoint final : public endpoint, private node_memory {
       std::string figures;
       for (std::size_t p = 0; p < n; ++p) {
         char token[64] = {};
-        if (std::sscanf(probes[p].c_str(), "%*llu %*llu %*127s %*127s %*llu %63s", token) == 1)
+        if (std::sscanf(probes[p].c_str(), "%*s %*s %*s %*s %*s %63s", token) == 1)
           copy_probe_tokens_[p] = token;
         figures += " " + copy_probe_tokens_[p];
       }
