@@ -1722,7 +1722,9 @@ class fabric_endpoint final : public endpoint, private node_memory {
       return 1;
     }
     split->continuing = true;
-    if ((ctx->transport_state[0] & detail::state_cancel_requested) || !ep_ || abandoned_) {
+    // A cancel asked for meanwhile is too late (see request_cancel): only a
+    // closed endpoint ends the message here.
+    if (!ep_ || abandoned_) {
       finish(ctx, completion{std::make_error_code(std::errc::operation_canceled), split->done,
                              split->tag, split->peer});
       return 1;
@@ -1752,6 +1754,13 @@ class fabric_endpoint final : public endpoint, private node_memory {
   }
 
   void request_cancel(completion_context* ctx) noexcept {
+    // A message sent in chunks is past cancelling once a chunk has moved:
+    // its peer matched (or will match) that chunk and waits for the rest on
+    // the continuation tag, so ending it would leave the peer's receive
+    // waiting until its deadline, or the sender's chunks unmatched. It
+    // completes normally (or at close()), as fi_cancel leaves a matched
+    // operation. The first chunk's own fi_cancel still wins while queued.
+    if (const auto* split = split_of(ctx); split && split->done > 0) return;
     ctx->transport_state[0] |= detail::state_cancel_requested;
     // The receiver may be reading a rendezvous send's buffer right now: only
     // its answer (or close()) ends it.
