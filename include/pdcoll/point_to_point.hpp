@@ -13,7 +13,11 @@
 // Unlike a collective, a stopped send or receive leaves the communicator
 // usable: nobody else waits on it. A stop request cancels the transfer; the
 // sender then completes with set_stopped() if the cancel won, or normally if
-// the transfer had already completed (never both). A deadline that passes is
+// the transfer had already completed (never both). As with MPI_Cancel, a
+// cancel is too late once the message has begun to move (a receive that its
+// bytes are arriving into, a send whose first bytes or chunk left): the
+// transfer then completes whole and normally, so no message is lost or cut
+// and the next receive of that (peer, tag) gets the next message. A deadline that passes is
 // a communicator failure like any other: the communicator aborts and the
 // operation completes with errc::timeout.
 #pragma once
