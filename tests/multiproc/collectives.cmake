@@ -39,6 +39,13 @@ foreach(entry IN LISTS PDCOLL_COLLECTIVES_TRANSPORTS)
         ENVIRONMENT "${environment}" LABELS "multiproc;collectives" TIMEOUT 300)
     endforeach()
   endif()
+  # With the communicator's own progress thread (PDCOLL_PROGRESS_THREAD=1):
+  # it alone drives every rank's operations, falling idle between them.
+  add_test(NAME multiproc.collectives.${what}.progress_thread.n3
+           COMMAND ${PDCOLL_RUN} -n 3 --timeout 280 $<TARGET_FILE:multiproc_collectives>
+                   --test-case-exclude=mismatch*)
+  set_tests_properties(multiproc.collectives.${what}.progress_thread.n3 PROPERTIES
+    ENVIRONMENT "${environment};PDCOLL_PROGRESS_THREAD=1" LABELS "multiproc;collectives" TIMEOUT 300)
   add_test(NAME multiproc.collectives.${what}.mismatch
            COMMAND ${PDCOLL_RUN} -n 3 --timeout 100 $<TARGET_FILE:multiproc_collectives> --test-case=mismatch:*)
   set_tests_properties(multiproc.collectives.${what}.mismatch PROPERTIES
