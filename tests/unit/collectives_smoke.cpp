@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <chrono>
 #include <numeric>
+#include <system_error>
 #include <span>
 #include <vector>
 
@@ -48,4 +50,43 @@ TEST_CASE("in-place reduce with one buffer: the root gets the sum, every other r
       }
     }
   }
+}
+
+namespace {
+/// An all-reduce that numbers one exchange past the last message index an
+/// algorithm may use (as a ring of a few bytes per chunk over gigabytes would).
+struct index_overrun {
+  static constexpr const char* name = "index_overrun";
+  static pdcoll::detail::collective_task all_reduce(pdcoll::detail::collective_context& ctx) {
+    const std::size_t bytes = ctx.bytes(ctx.count);
+    ctx.copy(ctx.output, 0, ctx.input, 0, bytes);
+    if (ctx.world_size == 1) co_return std::error_code{};
+    auto incoming = ctx.scratch(bytes);
+    const int partner = ctx.rank ^ 1;
+    pdcoll::detail::transfer_batch b(ctx, 2);
+    b.recv(partner, incoming, 0, bytes, pdcoll::detail::max_message_index + 1);
+    b.send(partner, ctx.output, 0, bytes, pdcoll::detail::max_message_index + 1);
+    if (auto ec = co_await b) co_return ec;
+    ctx.reduce(ctx.output, 0, incoming, 0, ctx.count);
+    co_return std::error_code{};
+  }
+};
+}  // namespace
+
+TEST_CASE("a message index past max_message_index fails the collective with invalid_argument on every rank") {
+  std::atomic<int> refused{0};
+  pdcoll::communicator_options options;
+  options.timeout = std::chrono::seconds(20);
+  pdcoll::testing::run_inproc(
+      2,
+      [&](pdcoll::communicator& comm) {
+        std::vector<float> data(16, 1.0f);
+        try {
+          pdcoll::exec::sync_wait(pdcoll::all_reduce<index_overrun>(comm, data));
+        } catch (const std::system_error& e) {
+          if (e.code() == pdcoll::errc::invalid_argument) ++refused;
+        }
+      },
+      options);
+  CHECK(refused == 2);
 }

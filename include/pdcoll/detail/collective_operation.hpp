@@ -801,8 +801,6 @@ class collective_op_base : public collective_context, public operation_base {
   // an 8-byte all-reduce's time. A held check leaves alone when the work is
   // done or after check_hold_limit, so a stuck rank still reports a mismatch.
 
-  /// Message index of the check (above every algorithm's and staging slot's indices).
-  static constexpr std::uint32_t signature_check_index = static_cast<std::uint32_t>(tag_index_mask);
 
   void start_signature_check() {
     if (world_size < 2) return;

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <pdcoll/detail/frame_cache.hpp>
+#include <pdcoll/detail/tags.hpp>
 #include <pdcoll/error.hpp>
 #include <pdcoll/transport/endpoint.hpp>
 
@@ -218,6 +219,12 @@ class transfer_batch {
     for (auto& t : transfers()) {
       if (error_) {  // an earlier post failed: the rest are never posted
         t.done = true;
+        if (--remaining_ == 0) finish();
+        continue;
+      }
+      if (t.index > max_message_index && t.index != signature_check_index) {  // its tag could be another message's (tags.hpp)
+        t.done = true;
+        fail(make_error_code(errc::invalid_argument));
         if (--remaining_ == 0) finish();
         continue;
       }

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <pdcoll/detail/collective_task.hpp>
+#include <pdcoll/detail/tags.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,9 @@ namespace pdcoll::detail {
 inline constexpr int staging_depth = 2;
 /// Message-index bit where a chunk's slot goes (algorithms use far fewer indices).
 inline constexpr int staging_slot_shift = 22;
+static_assert((std::uint64_t{max_message_index} + 1) == (std::uint64_t{1} << staging_slot_shift) &&
+                  staging_depth <= (1 << (24 - staging_slot_shift)),
+              "a staged chunk's slot goes above every index an algorithm may use, inside the tag's 24 index bits");
 
 /// Bytes per staging chunk: PDCOLL_STAGING_CHUNK_BYTES (at least 4 KiB), default 4 MiB.
 inline std::size_t staging_chunk_bytes() noexcept {

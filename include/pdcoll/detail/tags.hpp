@@ -24,6 +24,14 @@ inline constexpr int tag_signature_shift = 24;
 inline constexpr std::uint64_t tag_seq_mask = (std::uint64_t{1} << 21) - 1;
 inline constexpr std::uint64_t tag_signature_mask = 0xffff;
 inline constexpr std::uint64_t tag_index_mask = (std::uint64_t{1} << 24) - 1;
+/// The largest message index an algorithm may use: bits 22 and 23 of the
+/// index carry a staged chunk's slot (staging.hpp). A collective whose
+/// algorithm numbers more messages (a chunk of a few bytes over gigabytes)
+/// fails with errc::invalid_argument rather than reuse another's tags.
+inline constexpr std::uint32_t max_message_index = (std::uint32_t{1} << 22) - 1;
+/// Message index of a collective's signature check (collective_operation.hpp):
+/// above every algorithm's and staging slot's indices.
+inline constexpr std::uint32_t signature_check_index = static_cast<std::uint32_t>(tag_index_mask);
 /// The bits a collective receive ignores (then checks itself).
 inline constexpr std::uint64_t tag_signature_bits = tag_signature_mask << tag_signature_shift;
 
