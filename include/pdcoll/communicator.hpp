@@ -233,7 +233,7 @@ class communicator final : private exec::progress_driver {
       node_memory_ = node;
     }
     if (options_.progress_thread) {
-      progress_thread_ = std::thread([this] { run_progress_thread(); });
+      progress_thread_ = std::thread([this, stop = thread_stop_] { run_progress_thread(*stop); });
     }
     detail::log(detail::log_level::info, log_name_,
                 "communicator up: " + endpoint_->name() + ", " + std::to_string(world_size_) +
@@ -249,9 +249,16 @@ class communicator final : private exec::progress_driver {
   /// closed under it (bounded by one second in all).
   ~communicator() {
     if (progress_thread_.joinable()) {
-      stop_thread_.store(true);
-      wake_progress_thread();
-      progress_thread_.join();
+      thread_stop_->store(true, std::memory_order_release);
+      if (progress_thread_.get_id() == std::this_thread::get_id()) {
+        // A receiver on the progress thread destroys the communicator: the
+        // thread cannot join itself. It reads only its own stop flag (which
+        // it shares) once this returns, and ends.
+        progress_thread_.detach();
+      } else {
+        wake_progress_thread();
+        progress_thread_.join();
+      }
     }
     {
       completion_turn turn(*this);
@@ -260,15 +267,22 @@ class communicator final : private exec::progress_driver {
     }
     const auto start = std::chrono::steady_clock::now();
     const auto until = start + std::chrono::seconds(1);
-    while ((control_posted_ || active_ || notices_in_flight_) && std::chrono::steady_clock::now() < until) {
+    for (;;) {
+      // The state is read under the lock: a thread polling the driver
+      // registry may be inside drive() (the communicator is registered
+      // until its next idle drive).
       completion_turn turn(*this);
+      if (!(control_posted_ || active_ || notices_in_flight_) || std::chrono::steady_clock::now() >= until) break;
       const bool was_driving = std::exchange(driving_, true);
       if (!endpoint_closed_ && std::chrono::steady_clock::now() >= start + options_.abort_grace) close_endpoint_locked();
       drain_step(std::chrono::steady_clock::time_point::max());
       driving_ = was_driving;
     }
+    // Unconditionally, before anything else is torn down: on return no other
+    // thread is inside drive() or will call it.
+    exec::progress_drivers::unregister_driver(this);
+    driver_registered_ = false;
     endpoint_->set_wait_condition({});
-    if (driver_registered_) exec::progress_drivers::unregister_driver(this);
     cache_.reset();  // deregisters before the endpoint closes
     // Transfers still outstanding end as the endpoint is destroyed: inside a
     // turn, so their operations end on a live communicator (its pool and
@@ -634,7 +648,10 @@ class communicator final : private exec::progress_driver {
   /// inside start() (a peer was there first) costs no registration.
   void register_driver_if_pending() {
     if (driver_registered_ || (active_count_ == 0 && notices_in_flight_ == 0)) return;
-    if (options_.progress_thread) {
+    // On the progress thread itself (a receiver there waits for another
+    // operation of this communicator) the thread cannot drive from its loop:
+    // register, so that the receiver's wait drives it.
+    if (options_.progress_thread && progress_thread_.get_id() != std::this_thread::get_id()) {
       wake_progress_thread();
       return;
     }
@@ -959,8 +976,11 @@ class communicator final : private exec::progress_driver {
     thread_wakeup_.notify_one();
   }
 
-  void run_progress_thread() {
-    while (!stop_thread_.load(std::memory_order_acquire)) {
+  // `stop` outlives the communicator (the thread shares it): a receiver on
+  // this thread may destroy the communicator inside drive(), and the loop
+  // then reads nothing else before it ends.
+  void run_progress_thread(const std::atomic<bool>& stop) {
+    while (!stop.load(std::memory_order_acquire)) {
       bool idle;
       {
         std::lock_guard lock(mutex_);
@@ -974,8 +994,8 @@ class communicator final : private exec::progress_driver {
         // itself returns at once when idle: looping on it spun a core.
         {
           std::unique_lock lock(thread_sleep_mutex_);
-          thread_wakeup_.wait_for(lock, std::chrono::milliseconds(2), [this] {
-            return thread_woken_ || stop_thread_.load(std::memory_order_acquire);
+          thread_wakeup_.wait_for(lock, std::chrono::milliseconds(2), [this, &stop] {
+            return thread_woken_ || stop.load(std::memory_order_acquire);
           });
           thread_woken_ = false;
         }
@@ -986,6 +1006,7 @@ class communicator final : private exec::progress_driver {
     }
   }
 
+  exec::progress_drivers::slot driver_slot_;  // registering as an operation starts (noexcept) never allocates
   std::unique_ptr<transport::endpoint> endpoint_;
   std::unique_ptr<transport::endpoint> stand_in_;  // endpoint_ while the destructor destroys the real one
   communicator_options options_;
@@ -1032,7 +1053,7 @@ class communicator final : private exec::progress_driver {
   detail::operation_base* due_head_ = nullptr;  // ended operations whose receivers run as the outermost turn ends
   detail::operation_base* due_tail_ = nullptr;
   std::thread progress_thread_;
-  std::atomic<bool> stop_thread_{false};
+  std::shared_ptr<std::atomic<bool>> thread_stop_ = std::make_shared<std::atomic<bool>>(false);
   std::mutex thread_sleep_mutex_;             // guards thread_woken_
   std::condition_variable thread_wakeup_;     // ends the progress thread's idle sleep
   bool thread_woken_ = false;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <string>
 #include <system_error>
 
@@ -70,7 +71,10 @@ inline const std::error_category& error_category() noexcept {
   // Never destroyed: a job or communicator with static storage duration,
   // made before the category's first use, reports errors from its
   // destructor after a function-local static category would be gone.
-  static const error_category_impl* const instance = new error_category_impl;
+  // Built in static storage, not with new: this is noexcept, and its first
+  // use may come where memory has run out.
+  alignas(error_category_impl) static unsigned char storage[sizeof(error_category_impl)];
+  static const error_category_impl* const instance = ::new (static_cast<void*>(storage)) error_category_impl;
   return *instance;
 }
 

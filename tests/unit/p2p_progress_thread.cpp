@@ -1,7 +1,8 @@
 // A communicator's own progress thread (communicator_options::progress_thread):
 // it alone drives every rank's collectives and messages (the callers' run
 // loops do not register it), it sleeps while nothing is pending, and its idle
-// turns still read a peer's abort.
+// turns still read a peer's abort. And completions that act on their own
+// communicator: one destroys it, one waits for another of its operations.
 #include <doctest/doctest.h>
 
 #include <pdcoll/pdcoll.hpp>
@@ -12,10 +13,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <memory>
 #include <numeric>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -106,4 +111,62 @@ TEST_CASE("a peer's abort reaches an idle communicator through its progress thre
   while (!b.aborted() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
   REQUIRE(b.aborted());
   CHECK(b.abort_reason());
+}
+
+TEST_CASE("a receiver on the progress thread may destroy its communicator") {
+  auto fabric = pdcoll::transport::inproc::fabric::create(2);
+  auto a = std::make_unique<pdcoll::communicator>(fabric->endpoint_for(0), with_progress_thread());
+  pdcoll::communicator b{fabric->endpoint_for(1), with_progress_thread()};
+  std::atomic<bool> destroyed{false};
+  std::vector<float> xa(8, 1.0f), xb(8, 2.0f);
+  // Rank 1 joins later, so a's all-reduce completes on a's progress thread.
+  std::atomic<bool> failed{false};
+  ex::start_detached(pdcoll::all_reduce(*a, std::span<float>(xa)) | ex::then([&]() noexcept {
+                       a.reset();
+                       destroyed = true;
+                     }) |
+                     ex::upon_error([&](std::error_code) noexcept { failed = true; }) |
+                     ex::upon_stopped([&]() noexcept { failed = true; }));
+  std::this_thread::sleep_for(20ms);
+  ex::sync_wait(pdcoll::all_reduce(b, std::span<float>(xb)));
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!destroyed && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  CHECK(destroyed);
+  CHECK_FALSE(failed);
+  CHECK(xb[0] == 3.0f);
+}
+
+TEST_CASE("a continuation may wait (sync_wait) for another operation of the same communicator, with or without a progress thread") {
+  for (bool thread : {false, true}) {
+    CAPTURE(thread);
+    pdcoll::communicator_options options = with_progress_thread();
+    options.progress_thread = thread;
+    options.timeout = 5s;
+    auto fabric = pdcoll::transport::inproc::fabric::create(2);
+    pdcoll::communicator c0{fabric->endpoint_for(0), options};
+    pdcoll::communicator c1{fabric->endpoint_for(1), options};
+    std::vector<int> x0(4, 1), y0(4, 10), x1(4, 2), y1(4, 20);
+    auto rank1 = std::async(std::launch::async, [&] {
+      ex::sync_wait(pdcoll::all_reduce(c1, std::span<int>(x1)));
+      ex::sync_wait(pdcoll::all_reduce(c1, std::span<int>(y1)));
+    });
+    auto rank0 = std::async(std::launch::async, [&] {
+      // The second all-reduce is waited for inside the first's continuation:
+      // on the thread that drives c0 (the caller's, or c0's progress thread).
+      ex::sync_wait(pdcoll::all_reduce(c0, std::span<int>(x0)) |
+                    ex::then([&] { ex::sync_wait(pdcoll::all_reduce(c0, std::span<int>(y0))); }));
+    });
+    if (rank0.wait_for(30s) != std::future_status::ready || rank1.wait_for(30s) != std::future_status::ready) {
+      // A hang cannot be unwound: report it and end the process.
+      std::fprintf(stderr, "FAILED: the nested sync_wait hung past its deadline (progress thread %d)\n", thread);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    rank0.get();
+    rank1.get();
+    CHECK(x0[0] == 3);
+    CHECK(y0[0] == 30);
+    CHECK(x1[0] == 3);
+    CHECK(y1[0] == 30);
+  }
 }

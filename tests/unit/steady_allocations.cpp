@@ -11,6 +11,7 @@
 // joined by when_all), so every frame is freed where it was allocated.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -139,3 +140,24 @@ TEST_CASE("the allocation counter sees a collective's first, cold allocations") 
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("registering progress drivers allocates nothing while each holds a reserved slot (as every communicator does)") {
+  // A communicator registers as a driver when an operation starts, inside a
+  // noexcept start(): a registry that grew there could only terminate when
+  // memory runs out.
+  struct idle_driver final : pdcoll::exec::progress_driver {
+    bool drive(std::chrono::steady_clock::time_point) noexcept override { return false; }
+  };
+  constexpr int drivers = 64;  // more than the registry has held before in this binary
+  std::vector<std::unique_ptr<pdcoll::exec::progress_drivers::slot>> slots;
+  for (int i = 0; i < drivers; ++i) slots.push_back(std::make_unique<pdcoll::exec::progress_drivers::slot>());
+  std::vector<idle_driver> all(drivers);
+  long allocations = 0;
+  {
+    allocation_counter counter;
+    for (auto& d : all) pdcoll::exec::progress_drivers::register_driver(&d);
+    allocations = counter.count();
+  }
+  for (auto& d : all) pdcoll::exec::progress_drivers::unregister_driver(&d);
+  CHECK(allocations == 0);
+}

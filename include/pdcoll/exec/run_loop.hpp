@@ -38,7 +38,8 @@ namespace pdcoll::exec {
 /// any work. It may block on its own wait object, but must return by `until`
 /// (about; the caller is waiting for other work too). It runs on whatever
 /// thread is idle in a run_loop or in drive_progress_once(), never on two
-/// threads at once, and may register or unregister drivers (itself included).
+/// threads at once (but nested on one: see drive_once), and may register or
+/// unregister drivers (itself included).
 struct progress_driver {
   virtual bool drive(std::chrono::steady_clock::time_point until) noexcept = 0;
 
@@ -50,7 +51,34 @@ struct progress_driver {
 /// never allocates; registering may (the list grows).
 class progress_drivers {
  public:
-  /// Adds `driver` (ignored if already registered). Throws std::bad_alloc.
+  /// Makes room for one more driver, so that registering it never
+  /// allocates (for a driver that registers where it cannot throw, such as
+  /// a communicator as an operation starts). Pair with release_slot().
+  /// Throws std::bad_alloc.
+  static void reserve_slot() {
+    registry& r = instance();
+    std::lock_guard lock(r.mutex);
+    r.drivers.reserve(r.reserved + 1);
+    ++r.reserved;
+  }
+  /// Gives back a reserve_slot() (the room stays, for the next one).
+  static void release_slot() noexcept {
+    registry& r = instance();
+    std::lock_guard lock(r.mutex);
+    --r.reserved;
+  }
+  /// A reserve_slot() held for an object's lifetime (a member of the driver).
+  class slot {
+   public:
+    slot() { reserve_slot(); }
+    ~slot() { release_slot(); }
+    slot(const slot&) = delete;
+    slot& operator=(const slot&) = delete;
+  };
+
+  /// Adds `driver` (ignored if already registered). Allocates nothing while
+  /// no more drivers are registered than slots reserved; otherwise throws
+  /// std::bad_alloc when memory runs out.
   static void register_driver(progress_driver* driver) {
     registry& r = instance();
     std::lock_guard lock(r.mutex);
@@ -85,9 +113,15 @@ class progress_drivers {
   /// How many drivers are registered (a relaxed snapshot).
   static std::size_t size() noexcept { return instance().count.load(std::memory_order_acquire); }
 
-  /// Calls drive(until) on every registered driver that is not already being
-  /// driven (by another thread, or further up this thread's stack). Returns
-  /// true if any did work. Cost: one mutex round trip per driver.
+  /// Calls drive(until) on every registered driver that another thread is
+  /// not already driving. Returns true if any did work. Cost: one mutex
+  /// round trip per driver.
+  ///
+  /// A driver further up this thread's stack is driven again: a completion
+  /// it delivered may wait (sync_wait) for another of its operations, which
+  /// only it can complete; skipping it hung that wait past every deadline.
+  /// A driver must therefore allow nested drive() calls on its own thread
+  /// (a communicator runs completions outside its lock and nests turns).
   static bool drive_once(std::chrono::steady_clock::time_point until) noexcept {
     registry& r = instance();
     if (r.count.load(std::memory_order_acquire) == 0) return false;
@@ -101,8 +135,9 @@ class progress_drivers {
     std::size_t calls_left = r.drivers.size();
     for (std::size_t i = 0; i < r.drivers.size() && calls_left != 0;) {
       progress_driver* driver = r.drivers[i];
+      const auto me = std::this_thread::get_id();
       bool busy = false;
-      for (const call_record* c = r.calls; c != nullptr; c = c->next) busy |= (c->driver == driver);
+      for (const call_record* c = r.calls; c != nullptr; c = c->next) busy |= (c->driver == driver && c->thread != me);
       if (busy) {
         ++i;
         continue;
@@ -141,6 +176,7 @@ class progress_drivers {
     std::vector<progress_driver*> drivers;
     call_record* calls = nullptr;
     std::size_t waiters = 0;
+    std::size_t reserved = 0;  // reserve_slot() calls outstanding
     std::atomic<std::size_t> count{0};
   };
   // Never destroyed: communicators with static storage duration unregister
