@@ -10,7 +10,10 @@
 // and leaves at the first drive() that finds it idle, so back-to-back
 // collectives on one thread do not pay the registry's mutex each time. With
 // `progress_thread = true` a thread of the communicator drives progress
-// instead (for runtimes that compute while collectives run). Receivers run
+// instead (for runtimes that compute while collectives run); only an
+// operation started on that thread itself (by a continuation running there)
+// registers the communicator too, so that a wait there drives it, and other
+// threads' run loops may then drive it until it is idle. Receivers run
 // after the communicator's lock is released (completion_turn), on the thread
 // whose turn ended the operation: a continuation may start work on this
 // communicator or another without holding this one's lock.
@@ -376,7 +379,9 @@ class communicator final : private exec::progress_driver {
       // Idle since the last operation ended: leave the registry now rather
       // than when that operation ended, so that a thread issuing collectives
       // one after another registers once (see register_driver_if_pending).
-      exec::progress_drivers::unregister_driver(this);
+      // Without waiting for other threads' calls: one of them may be running
+      // a completion that needs this lock (it starts the next operation).
+      exec::progress_drivers::leave(this);
       driver_registered_ = false;
       return false;
     }
@@ -647,7 +652,7 @@ class communicator final : private exec::progress_driver {
   /// the lock as each operation's start() ends, so that one which completes
   /// inside start() (a peer was there first) costs no registration.
   void register_driver_if_pending() {
-    if (driver_registered_ || (active_count_ == 0 && notices_in_flight_ == 0)) return;
+    if (active_count_ == 0 && notices_in_flight_ == 0) return;
     // On the progress thread itself (a receiver there waits for another
     // operation of this communicator) the thread cannot drive from its loop:
     // register, so that the receiver's wait drives it.
@@ -655,6 +660,7 @@ class communicator final : private exec::progress_driver {
       wake_progress_thread();
       return;
     }
+    if (driver_registered_) return;
     exec::progress_drivers::register_driver(this);
     driver_registered_ = true;
   }
@@ -832,7 +838,7 @@ class communicator final : private exec::progress_driver {
         auto* comm = self->comm;
         // The last notice of an idle communicator releases the progress driver.
         if (--comm->notices_in_flight_ == 0 && comm->active_count_ == 0 && comm->driver_registered_) {
-          exec::progress_drivers::unregister_driver(comm);
+          exec::progress_drivers::leave(comm);  // under the lock: see drive()
           comm->driver_registered_ = false;
         }
       };

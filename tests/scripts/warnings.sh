@@ -8,6 +8,11 @@ set -euo pipefail
 cxx=$1
 source=$2
 flags=(-Wall -Wextra -Werror)
+# The PMIx rendezvous too, where pkg-config finds PMIx (as find_package(pdcoll) then enables it).
+if pmix_flags=$(pkg-config --cflags pmix 2>/dev/null); then
+  read -r -a pmix <<< "$pmix_flags"
+  flags+=(-DPDCOLL_WITH_PMIX "${pmix[@]}")
+fi
 "$source/tests/scripts/headers_alone.sh" "$cxx" "$source/include" "${flags[@]}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,8 +1,10 @@
 // A communicator's own progress thread (communicator_options::progress_thread):
-// it alone drives every rank's collectives and messages (the callers' run
-// loops do not register it), it sleeps while nothing is pending, and its idle
-// turns still read a peer's abort. And completions that act on their own
-// communicator: one destroys it, one waits for another of its operations.
+// it drives every rank's collectives and messages (the callers' run loops do
+// not register it, unless an operation starts on the thread itself), it
+// sleeps while nothing is pending, and its idle turns still read a peer's
+// abort. And completions that act on their own communicator: one destroys
+// it, one waits for another of its operations, one starts more while the
+// communicator is driven from two threads.
 #include <doctest/doctest.h>
 
 #include <pdcoll/pdcoll.hpp>
@@ -94,8 +96,8 @@ TEST_CASE("an idle communicator's progress thread sleeps instead of spinning") {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu = process_cpu_seconds() - before;
   // Two spinning threads would take up to 2·wall (1 s here; 0.99 s with one
-  // such thread before the fix); two sleeping ones wake 250 times a second
-  // each, a few milliseconds in all.
+  // such thread before the fix); two sleeping ones wake about 500 times a
+  // second each, a few milliseconds in all.
   CAPTURE(cpu);
   CAPTURE(wall);
   CHECK(cpu < 0.25 * wall);
@@ -169,4 +171,54 @@ TEST_CASE("a continuation may wait (sync_wait) for another operation of the same
     CHECK(x1[0] == 3);
     CHECK(y1[0] == 30);
   }
+}
+
+TEST_CASE("a communicator driven by its progress thread and a caller's run loop at once never deadlocks on leaving the registry") {
+  // recv1's receiver runs on a's progress thread and starts recv2 there,
+  // which registers a; a caller's sync_wait then drives a through the
+  // registry and runs recv3's receiver, which takes a's lock while the
+  // progress thread, finding a idle, leaves the registry under that lock.
+  // Leaving must not wait for the caller's call to end.
+  pdcoll::communicator_options options = with_progress_thread();
+  options.timeout = 5s;
+  auto fabric = pdcoll::transport::inproc::fabric::create(2);
+  pdcoll::communicator a{fabric->endpoint_for(0), options};
+  pdcoll::communicator b{fabric->endpoint_for(1), options};
+  int in1 = 0, in2 = 0, in3 = 0, out1 = 1, out2 = 2, out3 = 3;
+  std::atomic<int> failures{0};
+  auto failed = [&](auto&&...) noexcept { ++failures; };
+  auto stopped = [&]() noexcept { ++failures; };
+  ex::start_detached(pdcoll::recv(a, 1, std::span<int>(&in1, 1), 1) | ex::then([&](std::size_t) noexcept {
+                       ex::start_detached(pdcoll::recv(a, 1, std::span<int>(&in2, 1), 2) |
+                                          ex::then([](std::size_t) noexcept {}) | ex::upon_error(failed) |
+                                          ex::upon_stopped(stopped));
+                       std::this_thread::sleep_for(300ms);
+                     }) |
+                     ex::upon_error(failed) | ex::upon_stopped(stopped));
+  auto send = [&](int& value, std::uint32_t tag) {
+    ex::start_detached(pdcoll::send(b, 0, std::span<int>(&value, 1), tag) | ex::upon_error(failed) |
+                       ex::upon_stopped(stopped));
+  };
+  send(out1, 1);
+  std::this_thread::sleep_for(50ms);
+  send(out2, 2);
+  send(out3, 3);
+  auto caller = std::async(std::launch::async, [&] {
+    ex::sync_wait(pdcoll::recv(a, 1, std::span<int>(&in3, 1), 3) | ex::then([&](std::size_t) {
+                    std::this_thread::sleep_for(600ms);
+                    (void)a.pending_operations();  // takes a's lock
+                  }));
+  });
+  if (caller.wait_for(20s) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: the caller and the progress thread deadlocked\n");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  caller.get();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (in2 == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  CHECK(in1 == 1);
+  CHECK(in2 == 2);
+  CHECK(in3 == 3);
+  CHECK(failures == 0);
 }

@@ -216,15 +216,13 @@ class transfer_batch {
     owner_->batch_posted(*this);
     linked_ = true;
     auto& ep = owner_->endpoint();
+    // An index whose tag could be another message's (tags.hpp) fails the
+    // batch before any of it is posted: nothing then waits for a peer.
+    for (const auto& t : transfers())
+      if (t.index > max_message_index && t.index != signature_check_index) error_ = make_error_code(errc::invalid_argument);
     for (auto& t : transfers()) {
       if (error_) {  // an earlier post failed: the rest are never posted
         t.done = true;
-        if (--remaining_ == 0) finish();
-        continue;
-      }
-      if (t.index > max_message_index && t.index != signature_check_index) {  // its tag could be another message's (tags.hpp)
-        t.done = true;
-        fail(make_error_code(errc::invalid_argument));
         if (--remaining_ == 0) finish();
         continue;
       }

@@ -87,6 +87,18 @@ class progress_drivers {
     r.count.store(r.drivers.size(), std::memory_order_release);
   }
 
+  /// Removes `driver` without waiting for calls of it in flight on other
+  /// threads (they may still be inside its drive(), or running the
+  /// completions it delivered). For a driver that leaves while it stays
+  /// alive, from inside its own drive() or under its own lock: waiting there
+  /// for a thread whose completion needs that lock would never end.
+  static void leave(progress_driver* driver) noexcept {
+    registry& r = instance();
+    std::lock_guard lock(r.mutex);
+    r.drivers.erase(std::remove(r.drivers.begin(), r.drivers.end(), driver), r.drivers.end());
+    r.count.store(r.drivers.size(), std::memory_order_release);
+  }
+
   /// Removes `driver`. On return no thread will call it again and no other
   /// thread is inside its drive(), so the caller may destroy it. Called from
   /// inside a drive() on this thread (its own or another driver's), it does not

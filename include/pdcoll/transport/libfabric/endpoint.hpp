@@ -1729,6 +1729,8 @@ class fabric_endpoint final : public endpoint, private node_memory {
                              split->tag, split->peer});
       return 1;
     }
+    // And forgotten: a connection that breaks later is a lost peer, not the cancel.
+    ctx->transport_state[0] &= ~detail::state_cancel_requested;
     const std::size_t remaining = split->length - split->done;
     const std::uint64_t tag = reserved_tag_bits | split->sequence;
     const auto peer = static_cast<fi_addr_t>(split->peer);
